@@ -1,0 +1,3 @@
+module github.com/idemkit/idem/core
+
+go 1.26

@@ -1,0 +1,13 @@
+module github.com/idemkit/idem/stores/pgx
+
+go 1.26
+
+require (
+	github.com/idemkit/idem/core v0.0.0
+	github.com/idemkit/idem/conformance v0.0.0
+)
+
+replace (
+	github.com/idemkit/idem/core => ../../core
+	github.com/idemkit/idem/conformance => ../../conformance
+)
