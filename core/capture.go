@@ -1,0 +1,176 @@
+package idem
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// capture is the ResponseWriter the handler writes to while the engine
+// holds a claim. It buffers the response up to the engine's cap so the
+// record is completed before the first byte is sent. When the response
+// outgrows the cap, or the handler flushes, capture commits: the engine
+// stores status and headers with the body omitted (or releases the key),
+// and the rest streams through.
+type capture struct {
+	w        http.ResponseWriter
+	max      int
+	status   int         // final status, 0 until written
+	header   http.Header // snapshot taken when the status was written
+	buf      *bytes.Buffer
+	run      *run
+	tx       Tx   // the exactly-once transaction, if any
+	direct   bool // committed: writes go to w
+	discard  bool // a failed commit was answered: writes fail
+	hijacked bool
+}
+
+// errAbandoned is what writes return after a failed exactly-once commit was
+// answered with 500 in the middle of a streamed response.
+var errAbandoned = errors.New("idem: response abandoned: the transaction failed to commit")
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (c *capture) Header() http.Header { return c.w.Header() }
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (c *capture) Unwrap() http.ResponseWriter { return c.w }
+
+func (c *capture) WriteHeader(status int) {
+	if c.status != 0 || c.hijacked {
+		return
+	}
+	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
+		// Informational responses (103 Early Hints) go straight through.
+		c.w.WriteHeader(status)
+		return
+	}
+	c.status = status
+	c.header = c.w.Header().Clone()
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	if c.hijacked {
+		return 0, http.ErrHijacked
+	}
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if !c.direct && c.buf.Len()+len(p) > c.max {
+		c.startStreaming()
+	}
+	if c.discard {
+		return 0, errAbandoned
+	}
+	if c.direct {
+		return c.w.Write(p)
+	}
+	return c.buf.Write(p)
+}
+
+func (c *capture) WriteString(s string) (int, error) {
+	if c.status != 0 && !c.direct && !c.hijacked && c.buf.Len()+len(s) <= c.max {
+		return c.buf.WriteString(s)
+	}
+	return c.Write([]byte(s))
+}
+
+// ReadFrom copies through the capture, so the body is buffered like any
+// other write.
+func (c *capture) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(struct{ io.Writer }{c}, r)
+}
+
+// Flush starts streaming: a handler that flushes wants the client to see
+// bytes now, so the record is completed without the body first.
+func (c *capture) Flush() {
+	if c.hijacked {
+		return
+	}
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if !c.direct {
+		c.startStreaming()
+	}
+	if !c.discard {
+		_ = http.NewResponseController(c.w).Flush()
+	}
+}
+
+// FlushError is Flush for http.ResponseController.
+func (c *capture) FlushError() error {
+	if c.hijacked {
+		return http.ErrHijacked
+	}
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if !c.direct {
+		c.startStreaming()
+	}
+	if c.discard {
+		return errAbandoned
+	}
+	return http.NewResponseController(c.w).Flush()
+}
+
+// Hijack releases the key (the response cannot be stored) and hands the
+// connection over.
+func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if c.direct && c.status != 0 {
+		return nil, nil, errors.New("idem: hijack after the response started")
+	}
+	conn, rw, err := http.NewResponseController(c.w).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !c.hijacked {
+		c.hijacked = true
+		c.run.onHijack(c)
+	}
+	return conn, rw, nil
+}
+
+// startStreaming commits the response: the engine decides store or
+// release, then the headers and buffered bytes go out.
+func (c *capture) startStreaming() {
+	c.direct = true
+	if !c.run.commitStream(c) {
+		c.discard = true
+		return
+	}
+	c.sendHead()
+	if c.buf.Len() > 0 {
+		_, _ = c.w.Write(c.buf.Bytes())
+		c.buf.Reset()
+	}
+}
+
+// sendHead writes the snapshot of headers taken at WriteHeader and the
+// status to the underlying writer.
+func (c *capture) sendHead() {
+	h := c.w.Header()
+	clear(h)
+	for k, v := range c.header {
+		h[k] = v
+	}
+	c.w.WriteHeader(c.status)
+}
+
+// send writes the buffered response once the handler has returned and the
+// record is stored or released.
+func (c *capture) send() {
+	if bodyAllowed(c.status) && c.header.Get("Content-Length") == "" && c.header.Get("Transfer-Encoding") == "" {
+		c.header["Content-Length"] = []string{strconv.Itoa(c.buf.Len())}
+	}
+	c.sendHead()
+	if c.buf.Len() > 0 {
+		_, _ = c.w.Write(c.buf.Bytes())
+	}
+}

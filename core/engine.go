@@ -1,0 +1,693 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Engine applies the idempotency policy to requests. It is safe for
+// concurrent use; build one per store with New and share it.
+type Engine struct {
+	cfg      config
+	store    Store
+	notifier Notifier
+	extender Extender
+	txb      TxBeginner
+	def      *Policy
+}
+
+// New returns an Engine that keeps its records in store. Every option
+// documents its default. It returns an error wrapping ErrBadOption when an
+// option's value is invalid.
+func New(store Store, opts ...Option) (*Engine, error) {
+	if store == nil {
+		return nil, badOption("nil store")
+	}
+	e := &Engine{cfg: defaultConfig(), store: store}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&e.cfg); err != nil {
+			return nil, err
+		}
+	}
+	e.notifier, _ = store.(Notifier)
+	e.extender, _ = store.(Extender)
+	e.txb, _ = store.(TxBeginner)
+	if e.cfg.heartbeat > 0 {
+		if e.extender == nil {
+			return nil, badOption("heartbeat needs a store that implements idem.Extender; %T does not", store)
+		}
+		if e.cfg.heartbeat >= e.cfg.lease {
+			return nil, badOption("heartbeat interval %v must be shorter than the lease %v", e.cfg.heartbeat, e.cfg.lease)
+		}
+	}
+	e.def = e.Policy()
+	return e, nil
+}
+
+// Store returns the engine's store.
+func (e *Engine) Store() Store { return e.store }
+
+// KeyHeader returns the canonical name of the header that carries the key.
+func (e *Engine) KeyHeader() string { return e.cfg.keyHeader }
+
+// Protects reports whether the engine handles requests with this method.
+func (e *Engine) Protects(method string) bool {
+	for _, m := range e.cfg.methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// Policy is the engine's policy with per-route overrides, built once where a
+// route or group is declared and used for each of its requests.
+type Policy struct {
+	e         *Engine
+	required  bool
+	skip      bool
+	retention time.Duration
+	routeFunc func(*http.Request) string
+	overrides map[routeKey][]RouteOption
+	compiled  map[routeKey]*Policy // overrides applied on top of this policy
+}
+
+// Policy returns the engine's policy with opts applied.
+func (e *Engine) Policy(opts ...RouteOption) *Policy {
+	p := &Policy{e: e, required: !e.cfg.keyOptional, retention: e.cfg.retention}
+	for _, o := range opts {
+		if o != nil {
+			o(p)
+		}
+	}
+	if len(p.overrides) > 0 {
+		p.compiled = make(map[routeKey]*Policy, len(p.overrides))
+		for k, ro := range p.overrides {
+			q := *p
+			q.overrides, q.compiled = nil, nil
+			for _, o := range ro {
+				if o != nil {
+					o(&q)
+				}
+			}
+			p.compiled[k] = &q
+		}
+	}
+	return p
+}
+
+// Serve runs next for r under the engine's default policy; see
+// Policy.Serve.
+func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
+	e.def.Serve(w, r, route, next)
+}
+
+// Serve runs next for r under idempotency protection. route is the route
+// template the request matched (such as "/orders/{id}"); it scopes the key
+// together with the method and the client's namespace. Adapters call Serve
+// once they know the template.
+//
+// Requests with a method the engine does not protect, and requests without
+// a key where the key is optional, go to next untouched. Otherwise the
+// request body is read (up to the cap) and replaced by an identical one,
+// and next runs only if this request takes the claim.
+func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
+	if p.compiled != nil {
+		if q, ok := p.compiled[routeKey{r.Method, route}]; ok {
+			p = q
+		}
+	}
+	e := p.e
+	x := run{p: p, w: w, r: r, next: next, start: time.Now()}
+	x.ev.Method, x.ev.Route = r.Method, route
+	if p.skip || !e.Protects(r.Method) {
+		x.skip()
+		return
+	}
+	key, err := ParseKey(r.Header[e.cfg.keyHeader])
+	if err != nil {
+		if errors.Is(err, ErrMissingKey) {
+			if !p.required {
+				x.skip()
+				return
+			}
+			x.fail(OutcomeMissingKey, problemMissingKey, "Send an "+e.cfg.keyHeader+" header with a unique key, such as a UUID.")
+			return
+		}
+		x.fail(OutcomeInvalidKey, problemInvalidKey, strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": "))
+		return
+	}
+	x.key = key
+	x.ev.key = key
+	body, err := readBody(r, e.cfg.maxRequestBody)
+	if err != nil {
+		if errors.Is(err, errBodyTooLarge) {
+			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", e.cfg.maxRequestBody))
+		} else {
+			x.fail(OutcomeBodyTooLarge, problemBodyUnreadable, "The request body could not be read.")
+		}
+		return
+	}
+	rb := &bodyReader{}
+	rb.Reset(body)
+	r.Body = rb
+	r.ContentLength = int64(len(body))
+
+	ns := ""
+	if e.cfg.namespace != nil {
+		ns = e.cfg.namespace(r)
+	}
+	x.scope = Scope(ns, r.Method, route)
+	if e.cfg.fingerprint != nil {
+		x.fp = e.cfg.fingerprint(r, body)
+	} else {
+		x.fp = fingerprintRequest(r, body)
+	}
+	x.token = newToken()
+	res, err := x.claim()
+	if err != nil {
+		x.storeFailure(err)
+		return
+	}
+	if res.Acquired {
+		x.execute()
+		return
+	}
+	x.existing(res.Existing)
+}
+
+// run is the state of one protected request.
+type run struct {
+	p     *Policy
+	w     http.ResponseWriter
+	r     *http.Request
+	next  http.Handler
+	start time.Time
+	key   string
+	scope string
+	fp    string
+	token string
+	now   time.Time // the clock at the last claim
+	ev    Event
+	lost  atomic.Bool // the heartbeat found the claim lost
+}
+
+func (x *run) done() {
+	x.ev.Total = time.Since(x.start)
+	x.p.e.cfg.observer(x.r.Context(), x.ev)
+}
+
+func (x *run) skip() {
+	x.next.ServeHTTP(x.w, x.r)
+	x.ev.Outcome = OutcomeSkipped
+	x.done()
+}
+
+func (x *run) fail(o Outcome, k problemKind, detail string) {
+	x.p.e.writeProblem(x.w, k, detail, 0)
+	x.ev.Outcome, x.ev.Status = o, k.status
+	x.done()
+}
+
+func (x *run) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(x.r.Context()), x.p.e.cfg.storeTimeout)
+}
+
+func (x *run) claim() (ClaimResult, error) {
+	e := x.p.e
+	x.now = e.cfg.clock()
+	lease := min(e.cfg.lease, x.p.retention)
+	ctx, cancel := context.WithTimeout(x.r.Context(), e.cfg.storeTimeout)
+	t := time.Now()
+	res, err := e.store.Claim(ctx, Claim{
+		Scope: x.scope, Key: x.key, Fingerprint: x.fp, Token: x.token,
+		Now: x.now, LeaseEnd: x.now.Add(lease),
+	})
+	x.ev.Claim += time.Since(t)
+	cancel()
+	if err == nil && !res.Acquired && res.Existing == nil {
+		err = fmt.Errorf("idem: %T.Claim returned neither a claim nor the existing record", e.store)
+	}
+	return res, err
+}
+
+func (x *run) storeFailure(err error) {
+	e := x.p.e
+	x.ev.Outcome, x.ev.Err = OutcomeStoreFailure, err
+	if e.cfg.failOpen {
+		x.ev.FailedOpen = true
+		sw := statusWriter{ResponseWriter: x.w}
+		x.next.ServeHTTP(&sw, x.r)
+		x.ev.Status = sw.status
+		x.done()
+		return
+	}
+	e.writeProblem(x.w, problemStore, "The idempotency store could not be reached; retry with the same key.", 1)
+	x.ev.Status = problemStore.status
+	x.done()
+}
+
+// existing answers from a record that blocked the claim.
+func (x *run) existing(rec *Record) {
+	e := x.p.e
+	if rec.Fingerprint != x.fp {
+		x.fail(OutcomeFingerprintMismatch, problemMismatch, "This key was already used with a different method, path, query or body. Use a new key for a new request.")
+		return
+	}
+	if rec.State == StateCompleted && rec.Response != nil {
+		x.ev.Outcome, x.ev.Status = OutcomeReplayed, rec.Response.Status
+		e.replay(x.w, rec.Response)
+		x.done()
+		return
+	}
+	if e.cfg.wait > 0 {
+		x.wait(rec)
+		return
+	}
+	x.conflict(OutcomeConflict, rec)
+}
+
+func (x *run) conflict(o Outcome, rec *Record) {
+	secs := int((rec.LeaseEnd.Sub(x.now) + time.Second - 1) / time.Second)
+	x.p.e.writeProblem(x.w, problemConflict, "A request with this key is still being processed; retry later.", max(secs, 1))
+	x.ev.Outcome, x.ev.Status = o, problemConflict.status
+	x.done()
+}
+
+// wait waits for an in-progress claim to finish, then replays, runs, or
+// gives up with 409.
+func (x *run) wait(rec *Record) {
+	e := x.p.e
+	wstart := time.Now()
+	deadline := time.NewTimer(e.cfg.wait)
+	defer deadline.Stop()
+	backoff := 10 * time.Millisecond
+	for {
+		var wake <-chan struct{}
+		stop := func() {}
+		if e.notifier != nil {
+			if ch, s, err := e.notifier.Watch(x.r.Context(), x.scope, x.key); err == nil {
+				wake, stop = ch, s
+			}
+		}
+		// Look again now that the watch is in place, so a completion that
+		// happened before it is not missed.
+		res, err := x.claim()
+		if err == nil && !res.Acquired && res.Existing.State == StateInProgress && res.Existing.Fingerprint == x.fp {
+			poll := time.NewTimer(backoff)
+			select {
+			case <-wake:
+			case <-poll.C:
+				backoff = min(backoff*2, 500*time.Millisecond)
+			case <-deadline.C:
+				poll.Stop()
+				stop()
+				x.ev.Waited = time.Since(wstart)
+				x.conflict(OutcomeWaitTimeout, res.Existing)
+				return
+			case <-x.r.Context().Done():
+				poll.Stop()
+				stop()
+				x.ev.Waited = time.Since(wstart)
+				x.ev.Outcome, x.ev.Err = OutcomeWaitTimeout, x.r.Context().Err()
+				x.done()
+				return
+			}
+			poll.Stop()
+			stop()
+			continue
+		}
+		stop()
+		x.ev.Waited = time.Since(wstart)
+		switch {
+		case err != nil:
+			x.storeFailure(err)
+		case res.Acquired:
+			x.execute()
+		case res.Existing.Fingerprint != x.fp || res.Existing.Response == nil:
+			x.existing(res.Existing)
+		default:
+			x.ev.Outcome, x.ev.Status = OutcomeReplayedAfterWait, res.Existing.Response.Status
+			e.replay(x.w, res.Existing.Response)
+			x.done()
+		}
+		return
+	}
+}
+
+// execute runs the handler under the claim this request holds.
+func (x *run) execute() {
+	e := x.p.e
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	c := &capture{w: x.w, max: e.cfg.maxResponseBody, buf: buf, run: x}
+	r := x.r
+	var tx Tx
+	if e.txb != nil {
+		ctx, t, err := e.txb.BeginTx(r.Context(), x.scope, x.key, x.token)
+		if err != nil {
+			x.release()
+			x.storeFailure(err)
+			return
+		}
+		tx, c.tx = t, t
+		r = r.WithContext(ctx)
+	}
+	stopHeartbeat := x.heartbeat()
+	hstart := time.Now()
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// The handler panicked: release the key and let the panic go on.
+		stopHeartbeat()
+		x.ev.Handler = time.Since(hstart)
+		if tx != nil {
+			x.rollback(tx)
+		}
+		if !c.direct && !c.hijacked {
+			x.release()
+		}
+		if x.ev.Outcome == "" {
+			x.ev.Outcome = OutcomeReleased
+		}
+		x.done()
+	}()
+	x.next.ServeHTTP(c, r)
+	finished = true
+	stopHeartbeat()
+	x.ev.Handler = time.Since(hstart)
+	defer bufPool.Put(buf)
+
+	switch {
+	case c.hijacked:
+		x.ev.Outcome = OutcomeReleased
+		if tx != nil {
+			x.rollback(tx)
+		}
+	case c.direct:
+		// Streamed: stored or released when it started.
+		x.ev.Status = c.status
+	default:
+		if c.status == 0 {
+			c.WriteHeader(http.StatusOK)
+		}
+		x.ev.Status = c.status
+		if e.cfg.release(c.status) || x.lost.Load() {
+			if tx != nil {
+				x.rollback(tx)
+			}
+			if x.lost.Load() {
+				x.ev.Outcome, x.ev.Err = OutcomeExecuted, ErrLeaseLost
+			} else {
+				x.ev.Outcome = OutcomeReleased
+				x.release()
+			}
+		} else if err := x.store(c, tx, false); err != nil && tx != nil {
+			x.ev.Outcome, x.ev.Status = OutcomeReleased, problemCommit.status
+			e.writeProblem(x.w, problemCommit, "The request was not applied; retry with the same key.", 0)
+			x.done()
+			return
+		} else {
+			x.ev.Outcome = OutcomeExecuted
+		}
+		c.send()
+	}
+	x.done()
+}
+
+// store completes the record with the captured response (body omitted when
+// streaming). With a transaction it commits it; a failed commit releases
+// the key and returns the error.
+func (x *run) store(c *capture, tx Tx, omitted bool) error {
+	e := x.p.e
+	resp := Response{Status: c.status, Header: storedHeader(c.header, e.cfg.replayHeader)}
+	if omitted {
+		resp.BodyOmitted = true
+	} else {
+		resp.Body = c.buf.Bytes()
+	}
+	now := e.cfg.clock()
+	ctx, cancel := x.ctx()
+	defer cancel()
+	t := time.Now()
+	var err error
+	if tx != nil {
+		err = tx.Commit(ctx, resp, now, now.Add(x.p.retention))
+	} else {
+		err = e.store.Complete(ctx, x.scope, x.key, x.token, resp, now, now.Add(x.p.retention))
+	}
+	x.ev.Finish += time.Since(t)
+	if err != nil {
+		x.ev.Err = err
+		if tx != nil {
+			x.rollback(tx)
+			x.release()
+		}
+	}
+	return err
+}
+
+// commitStream decides store or release for a response that starts
+// streaming before the handler returned. It returns false when the
+// response must be abandoned (a failed commit was answered with 500).
+func (x *run) commitStream(c *capture) bool {
+	e := x.p.e
+	x.ev.Status = c.status
+	if e.cfg.release(c.status) || x.lost.Load() {
+		if c.tx != nil {
+			x.rollback(c.tx)
+		}
+		x.ev.Outcome = OutcomeReleased
+		if x.lost.Load() {
+			x.ev.Outcome, x.ev.Err = OutcomeExecuted, ErrLeaseLost
+		} else {
+			x.release()
+		}
+		return true
+	}
+	if err := x.store(c, c.tx, true); err != nil && c.tx != nil {
+		x.ev.Outcome, x.ev.Status = OutcomeReleased, problemCommit.status
+		e.writeProblem(x.w, problemCommit, "The request was not applied; retry with the same key.", 0)
+		return false
+	}
+	x.ev.Outcome = OutcomeExecuted
+	return true
+}
+
+// onHijack releases the claim before the connection is handed over.
+func (x *run) onHijack(c *capture) {
+	if c.tx != nil {
+		x.rollback(c.tx)
+		c.tx = nil
+	}
+	x.release()
+}
+
+func (x *run) release() {
+	ctx, cancel := x.ctx()
+	defer cancel()
+	t := time.Now()
+	err := x.p.e.store.Release(ctx, x.scope, x.key, x.token)
+	x.ev.Finish += time.Since(t)
+	if err != nil && x.ev.Err == nil {
+		x.ev.Err = err
+	}
+}
+
+func (x *run) rollback(tx Tx) {
+	ctx, cancel := x.ctx()
+	defer cancel()
+	if err := tx.Rollback(ctx); err != nil && x.ev.Err == nil {
+		x.ev.Err = err
+	}
+}
+
+// heartbeat extends the lease while the handler runs, when configured. The
+// returned function stops it and waits for it to end.
+func (x *run) heartbeat() func() {
+	e := x.p.e
+	if e.cfg.heartbeat <= 0 {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(e.cfg.heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			now := e.cfg.clock()
+			ctx, cancel := x.ctx()
+			err := e.extender.Extend(ctx, x.scope, x.key, x.token, now, now.Add(min(e.cfg.lease, x.p.retention)))
+			cancel()
+			if errors.Is(err, ErrLeaseLost) {
+				x.lost.Store(true)
+				return
+			}
+		}
+	})
+	return func() { close(stop); wg.Wait() }
+}
+
+// replay writes a stored response.
+func (e *Engine) replay(w http.ResponseWriter, resp *Response) {
+	h := w.Header()
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	h[e.cfg.replayHeader] = trueValue
+	if resp.BodyOmitted {
+		h[HeaderBodyOmitted] = trueValue
+	}
+	if bodyAllowed(resp.Status) {
+		h["Content-Length"] = []string{strconv.Itoa(len(resp.Body))}
+	}
+	w.WriteHeader(resp.Status)
+	if len(resp.Body) > 0 && bodyAllowed(resp.Status) {
+		_, _ = w.Write(resp.Body)
+	}
+}
+
+var trueValue = []string{"true"}
+
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// storedHeader returns h without the headers that are never stored:
+// Set-Cookie, Date, Content-Length, the replay marker, and hop-by-hop
+// headers (including those named in Connection). It returns h itself when
+// there is nothing to remove.
+func storedHeader(h http.Header, replayHeader string) http.Header {
+	drop := func(k string) bool {
+		switch k {
+		case "Set-Cookie", "Date", "Content-Length", "Connection", "Keep-Alive", "Proxy-Connection",
+			"Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+			replayHeader, HeaderBodyOmitted:
+			return true
+		}
+		for _, v := range h["Connection"] {
+			for f := range strings.SplitSeq(v, ",") {
+				if http.CanonicalHeaderKey(strings.TrimSpace(f)) == k {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	n := 0
+	for k := range h {
+		if drop(k) {
+			n++
+		}
+	}
+	if n == 0 {
+		return h
+	}
+	out := make(http.Header, len(h)-n)
+	for k, v := range h {
+		if !drop(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+var errBodyTooLarge = errors.New("idem: request body too large")
+
+// readBody reads the whole request body, up to limit bytes.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > limit {
+		return nil, errBodyTooLarge
+	}
+	if r.ContentLength >= 0 {
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, err
+		}
+		var one [1]byte
+		if n, _ := r.Body.Read(one[:]); n > 0 {
+			return nil, errors.New("idem: request body longer than its Content-Length")
+		}
+		return b, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errBodyTooLarge
+	}
+	return b, nil
+}
+
+// bodyReader is the request body handed to the handler: the bytes the
+// engine read, unchanged.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+var hashPool = sync.Pool{New: func() any { return sha256.New() }}
+
+func fingerprintRequest(r *http.Request, body []byte) string {
+	h := hashPool.Get().(hash.Hash)
+	h.Reset()
+	writeFingerprint(h, r.Method, r.URL.RequestURI(), body)
+	var sum [sha256.Size]byte
+	s := hex.EncodeToString(h.Sum(sum[:0]))
+	hashPool.Put(h)
+	return s
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// statusWriter records the status of an unprotected response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

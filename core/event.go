@@ -1,0 +1,147 @@
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"time"
+)
+
+// Outcome says what the engine did with one request.
+type Outcome string
+
+// The outcomes, one per request.
+const (
+	// OutcomeExecuted: the handler ran under a fresh claim and its response
+	// was stored.
+	OutcomeExecuted Outcome = "executed"
+	// OutcomeReplayed: a stored response was replayed.
+	OutcomeReplayed Outcome = "replayed"
+	// OutcomeReplayedAfterWait: in wait mode, the request waited for the
+	// first one to finish and then replayed its response.
+	OutcomeReplayedAfterWait Outcome = "replayed_after_wait"
+	// OutcomeReleased: the handler ran but its response is one the client
+	// should retry (5xx, 429, panic, hijack), so the key was released.
+	OutcomeReleased Outcome = "released"
+	// OutcomeConflict: another request holds the key; 409.
+	OutcomeConflict Outcome = "conflict"
+	// OutcomeWaitTimeout: in wait mode, the first request did not finish in
+	// time; 409.
+	OutcomeWaitTimeout Outcome = "wait_timeout"
+	// OutcomeFingerprintMismatch: the key was used for a different request;
+	// 422.
+	OutcomeFingerprintMismatch Outcome = "fingerprint_mismatch"
+	// OutcomeMissingKey: a required key is absent; 400.
+	OutcomeMissingKey Outcome = "missing_key"
+	// OutcomeInvalidKey: the key header is malformed; 400.
+	OutcomeInvalidKey Outcome = "invalid_key"
+	// OutcomeBodyTooLarge: the request body exceeds the cap; 413.
+	OutcomeBodyTooLarge Outcome = "body_too_large"
+	// OutcomeStoreFailure: the store failed or timed out. Fail closed
+	// answers 503; fail open runs the handler unprotected
+	// (Event.FailedOpen).
+	OutcomeStoreFailure Outcome = "store_failure"
+	// OutcomeSkipped: the request is not protected (a method the engine
+	// does not handle, or an optional key that is absent); the handler ran.
+	OutcomeSkipped Outcome = "skipped"
+)
+
+// Event describes one request the engine saw. The observer gets exactly one
+// per request, after the response is written (or, for a panic, before the
+// panic continues).
+type Event struct {
+	Outcome Outcome
+	// Method and Route are the request method and route template.
+	Method, Route string
+	// Status is the status code sent to the client (0 after a hijack or
+	// panic).
+	Status int
+	// Total is the time spent from the engine's start to the end of the
+	// response; Handler the part of it spent in the handler.
+	Total, Handler time.Duration
+	// Claim is the time the store's Claim calls took (all of them, in wait
+	// mode); Finish the time of the Complete or Release call, if any.
+	Claim, Finish time.Duration
+	// Waited is the time spent waiting in wait mode.
+	Waited time.Duration
+	// FailedOpen reports that the store failed and the handler ran
+	// unprotected (OutcomeStoreFailure with fail open).
+	FailedOpen bool
+	// Err is the store error behind OutcomeStoreFailure, or an error that
+	// happened after the handler ran (a failed Complete or Release), for
+	// logs.
+	Err error
+
+	key string // reported only through KeyHash
+}
+
+// KeyHash returns the first 16 hex digits of the SHA-256 of the request's
+// key, or "" when it had none. Events never carry the raw key.
+func (ev *Event) KeyHash() string { return hashKey(ev.key) }
+
+// Observer receives one Event per request. It runs on the request's
+// goroutine: keep it fast.
+type Observer func(ctx context.Context, ev Event)
+
+// hashKey returns the key's hash as reported in events.
+func hashKey(key string) string {
+	if key == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
+// SlogObserver returns an Observer that logs each event with logger (nil
+// means slog.Default()): replays, executions and skips at debug level,
+// client errors (conflict, mismatch, bad key) at info, a fail-open run and
+// a failed completion at warn, and a store failure at error. It logs the
+// key's hash, never the key.
+func SlogObserver(logger *slog.Logger) Observer {
+	return func(ctx context.Context, ev Event) {
+		l := logger
+		if l == nil {
+			l = slog.Default()
+		}
+		level := slog.LevelDebug
+		switch ev.Outcome {
+		case OutcomeConflict, OutcomeWaitTimeout, OutcomeFingerprintMismatch,
+			OutcomeMissingKey, OutcomeInvalidKey, OutcomeBodyTooLarge:
+			level = slog.LevelInfo
+		case OutcomeStoreFailure:
+			level = slog.LevelError
+			if ev.FailedOpen {
+				level = slog.LevelWarn
+			}
+		default:
+			if ev.Err != nil {
+				level = slog.LevelWarn
+			}
+		}
+		if !l.Enabled(ctx, level) {
+			return
+		}
+		attrs := make([]slog.Attr, 0, 10)
+		attrs = append(attrs,
+			slog.String("outcome", string(ev.Outcome)),
+			slog.String("method", ev.Method),
+			slog.String("route", ev.Route),
+			slog.Int("status", ev.Status),
+			slog.Duration("total", ev.Total),
+		)
+		if ev.key != "" {
+			attrs = append(attrs, slog.String("key_hash", ev.KeyHash()))
+		}
+		if ev.FailedOpen {
+			attrs = append(attrs, slog.Bool("failed_open", true))
+		}
+		if ev.Waited > 0 {
+			attrs = append(attrs, slog.Duration("waited", ev.Waited))
+		}
+		if ev.Err != nil {
+			attrs = append(attrs, slog.String("error", ev.Err.Error()))
+		}
+		l.LogAttrs(ctx, level, "idempotency", attrs...)
+	}
+}

@@ -1,0 +1,383 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Defaults of the engine's options.
+const (
+	DefaultKeyHeader       = "Idempotency-Key"
+	DefaultReplayHeader    = "Idempotent-Replayed"
+	DefaultLease           = 5 * time.Minute
+	DefaultRetention       = 24 * time.Hour
+	DefaultMaxRequestBody  = 1 << 20
+	DefaultMaxResponseBody = 1 << 20
+	DefaultStoreTimeout    = 2 * time.Second
+	DefaultProblemTypeBase = "https://github.com/idemkit/idem/blob/main/docs/problems.md#"
+)
+
+// HeaderBodyOmitted is set to "true" on a replay of a response whose body
+// was larger than the response cap and was not stored.
+const HeaderBodyOmitted = "Idempotent-Body-Omitted"
+
+// ErrBadOption is wrapped by every error New returns for a bad option.
+var ErrBadOption = errors.New("idem: bad option")
+
+// An Option configures an Engine. Options are applied in order; each
+// documents its default.
+type Option func(*config) error
+
+type config struct {
+	keyHeader       string
+	replayHeader    string
+	methods         []string
+	keyOptional     bool
+	lease           time.Duration
+	retention       time.Duration
+	maxRequestBody  int64
+	maxResponseBody int
+	storeTimeout    time.Duration
+	failOpen        bool
+	wait            time.Duration
+	heartbeat       time.Duration
+	problemBase     string
+	namespace       func(*http.Request) string
+	fingerprint     func(r *http.Request, body []byte) string
+	release         func(status int) bool
+	observer        Observer
+	clock           func() time.Time
+}
+
+func defaultConfig() config {
+	return config{
+		keyHeader:       DefaultKeyHeader,
+		replayHeader:    DefaultReplayHeader,
+		methods:         []string{http.MethodPost, http.MethodPatch},
+		lease:           DefaultLease,
+		retention:       DefaultRetention,
+		maxRequestBody:  DefaultMaxRequestBody,
+		maxResponseBody: DefaultMaxResponseBody,
+		storeTimeout:    DefaultStoreTimeout,
+		problemBase:     DefaultProblemTypeBase,
+		release:         DefaultReleaseRule,
+		observer:        SlogObserver(nil),
+		clock:           time.Now,
+	}
+}
+
+func badOption(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrBadOption}, args...)...)
+}
+
+// WithKeyHeader sets the request header that carries the key.
+// Default: Idempotency-Key.
+func WithKeyHeader(name string) Option {
+	return func(c *config) error {
+		if !validHeaderName(name) {
+			return badOption("key header %q is not a valid header name", name)
+		}
+		c.keyHeader = http.CanonicalHeaderKey(name)
+		return nil
+	}
+}
+
+// WithReplayHeader sets the response header, with the value "true", that
+// marks a replayed response. Default: Idempotent-Replayed.
+func WithReplayHeader(name string) Option {
+	return func(c *config) error {
+		if !validHeaderName(name) {
+			return badOption("replay header %q is not a valid header name", name)
+		}
+		c.replayHeader = http.CanonicalHeaderKey(name)
+		return nil
+	}
+}
+
+// WithMethods sets the methods the engine protects. GET, HEAD, OPTIONS and
+// TRACE are safe methods and are never touched; naming one is an error.
+// Default: POST and PATCH.
+func WithMethods(methods ...string) Option {
+	return func(c *config) error {
+		if len(methods) == 0 {
+			return badOption("no methods")
+		}
+		ms := make([]string, 0, len(methods))
+		for _, m := range methods {
+			m = strings.ToUpper(m)
+			switch m {
+			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+				return badOption("%s is a safe method and is never protected", m)
+			case "":
+				return badOption("empty method")
+			}
+			ms = append(ms, m)
+		}
+		c.methods = ms
+		return nil
+	}
+}
+
+// WithOptionalKey makes the key optional by default: a request without one
+// runs unprotected (OutcomeSkipped). A route can still require it with
+// [Required]. Default: a key is required (400 without one).
+func WithOptionalKey() Option {
+	return func(c *config) error { c.keyOptional = true; return nil }
+}
+
+// WithLease sets how long an in-flight claim blocks other requests with the
+// same key if it is neither completed nor released (its process died). It is
+// capped at the retention in effect. Default: 5 minutes.
+func WithLease(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return badOption("lease %v is not positive", d)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// WithRetention sets how long a completed response is replayed (the TTL).
+// Routes may override it with [TTL]. Default: 24 hours.
+func WithRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return badOption("retention %v is not positive", d)
+		}
+		c.retention = d
+		return nil
+	}
+}
+
+// WithMaxRequestBody sets the largest request body the engine reads, in
+// bytes; a larger body gets 413. Default: 1 MiB.
+func WithMaxRequestBody(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return badOption("max request body %d is not positive", n)
+		}
+		c.maxRequestBody = n
+		return nil
+	}
+}
+
+// WithMaxResponseBody sets the largest response body the engine stores, in
+// bytes. A larger response is streamed to the client and stored as its
+// status and headers with the body omitted. Default: 1 MiB.
+func WithMaxResponseBody(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return badOption("max response body %d is negative", n)
+		}
+		c.maxResponseBody = n
+		return nil
+	}
+}
+
+// WithStoreTimeout sets the time limit of each store call. Default: 2s.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return badOption("store timeout %v is not positive", d)
+		}
+		c.storeTimeout = d
+		return nil
+	}
+}
+
+// WithFailOpen makes a failing store run the handler unprotected (reported
+// as OutcomeStoreFailure with Event.FailedOpen) instead of answering 503.
+// Default: fail closed (503 with Retry-After).
+func WithFailOpen() Option {
+	return func(c *config) error { c.failOpen = true; return nil }
+}
+
+// WithWait turns on wait mode: a request that finds its key in progress
+// waits up to limit for the first request to finish, then replays its
+// response, or runs itself if the first released the key, or answers 409.
+// It wakes through the store's Notifier when there is one and polls with
+// backoff otherwise. Default: off (409 at once).
+func WithWait(limit time.Duration) Option {
+	return func(c *config) error {
+		if limit <= 0 {
+			return badOption("wait limit %v is not positive", limit)
+		}
+		c.wait = limit
+		return nil
+	}
+}
+
+// WithHeartbeat extends the lease of a running request every interval
+// through the store's Extender, so a handler slower than the lease keeps
+// its claim. A claim found lost is not completed. New fails when the store
+// has no Extender. Default: off.
+func WithHeartbeat(interval time.Duration) Option {
+	return func(c *config) error {
+		if interval <= 0 {
+			return badOption("heartbeat interval %v is not positive", interval)
+		}
+		c.heartbeat = interval
+		return nil
+	}
+}
+
+// WithProblemTypeBase sets the prefix of the "type" URI in problem
+// responses; the problem's name (such as "conflict") is appended.
+// Default: DefaultProblemTypeBase.
+func WithProblemTypeBase(base string) Option {
+	return func(c *config) error {
+		if base == "" {
+			return badOption("empty problem type base")
+		}
+		c.problemBase = base
+		return nil
+	}
+}
+
+// WithNamespace sets the function that names the client a request comes
+// from (a principal, tenant or API key). Keys are scoped by it, so two
+// clients never share a key. An empty namespace is global. Default: global
+// for every request.
+func WithNamespace(fn func(*http.Request) string) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return badOption("nil namespace function")
+		}
+		c.namespace = fn
+		return nil
+	}
+}
+
+// WithFingerprint replaces the request fingerprint. fn gets the request and
+// its body (already read; r.Body must not be read). Default: [Fingerprint]
+// of the method, r.URL.RequestURI() and the body.
+func WithFingerprint(fn func(r *http.Request, body []byte) string) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return badOption("nil fingerprint function")
+		}
+		c.fingerprint = fn
+		return nil
+	}
+}
+
+// WithReleaseRule replaces the rule that decides, from the handler's status
+// code, whether the key is released (the response is not stored, a retry
+// runs again) rather than stored. Panics and hijacked connections always
+// release. Default: [DefaultReleaseRule].
+func WithReleaseRule(fn func(status int) bool) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return badOption("nil release rule")
+		}
+		c.release = fn
+		return nil
+	}
+}
+
+// DefaultReleaseRule releases the key on 5xx and 429, the answers a client
+// should retry, and stores every other status.
+func DefaultReleaseRule(status int) bool {
+	return status >= 500 || status == http.StatusTooManyRequests
+}
+
+// WithObserver sets the function that receives one Event per request.
+// Default: SlogObserver(slog.Default()).
+func WithObserver(fn Observer) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return badOption("nil observer")
+		}
+		c.observer = fn
+		return nil
+	}
+}
+
+// WithLogger is WithObserver(SlogObserver(logger)).
+func WithLogger(logger *slog.Logger) Option {
+	return WithObserver(SlogObserver(logger))
+}
+
+// WithClock sets the clock whose time the engine passes to every store
+// call. Default: time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return badOption("nil clock")
+		}
+		c.clock = now
+		return nil
+	}
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// A RouteOption overrides the engine's policy for the routes one middleware
+// protects.
+type RouteOption func(*Policy)
+
+// Required makes the key required on these routes (400 without one).
+func Required() RouteOption { return func(p *Policy) { p.required = true } }
+
+// Optional makes the key optional on these routes: a request without one
+// runs unprotected.
+func Optional() RouteOption { return func(p *Policy) { p.required = false } }
+
+// TTL sets the retention of responses stored on these routes. A value that
+// is not positive keeps the engine's retention.
+func TTL(d time.Duration) RouteOption {
+	return func(p *Policy) {
+		if d > 0 {
+			p.retention = d
+		}
+	}
+}
+
+// Skip makes these routes pass through untouched, as if the middleware
+// were not there (health checks, webhooks with their own deduplication).
+func Skip() RouteOption { return func(p *Policy) { p.skip = true } }
+
+// ForRoute applies opts only to requests whose method and route template
+// match, for middleware mounted once at the top of a router:
+//
+//	r.Use(idemchi.Middleware(engine,
+//		idem.ForRoute("POST", "/search", idem.Optional()),
+//		idem.ForRoute("POST", "/webhooks/{source}", idem.Skip()),
+//	))
+//
+// The route is written in the router's own syntax ("/orders/:id" for Gin
+// and Echo, "/orders/{id}" for Chi and ServeMux).
+func ForRoute(method, route string, opts ...RouteOption) RouteOption {
+	return func(p *Policy) {
+		if p.overrides == nil {
+			p.overrides = make(map[routeKey][]RouteOption)
+		}
+		k := routeKey{strings.ToUpper(method), route}
+		p.overrides[k] = append(p.overrides[k], opts...)
+	}
+}
+
+type routeKey struct{ method, route string }
+
+// RouteFunc sets how the net/http middleware names the route template of a
+// request, overriding the ServeMux pattern. It has no effect on adapters,
+// which know their router's template.
+func RouteFunc(fn func(*http.Request) string) RouteOption {
+	return func(p *Policy) { p.routeFunc = fn }
+}
