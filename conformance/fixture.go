@@ -159,7 +159,9 @@ func text(code int, body string) func(http.ResponseWriter, *http.Request, func(s
 	return func(w http.ResponseWriter, _ *http.Request, _ func(string) string) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(code)
-		io.WriteString(w, body)
+		if code != http.StatusNoContent && code != http.StatusNotModified {
+			io.WriteString(w, body)
+		}
 	}
 }
 

@@ -61,6 +61,9 @@ func (c *capture) Write(p []byte) (int, error) {
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
+	if !bodyAllowed(c.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
 	if !c.direct && c.buf.Len()+len(p) > c.max {
 		c.startStreaming()
 	}
@@ -74,7 +77,7 @@ func (c *capture) Write(p []byte) (int, error) {
 }
 
 func (c *capture) WriteString(s string) (int, error) {
-	if c.status != 0 && !c.direct && !c.hijacked && c.buf.Len()+len(s) <= c.max {
+	if c.status != 0 && !c.direct && !c.hijacked && bodyAllowed(c.status) && c.buf.Len()+len(s) <= c.max {
 		return c.buf.WriteString(s)
 	}
 	return c.Write([]byte(s))
@@ -145,7 +148,7 @@ func (c *capture) startStreaming() {
 		c.discard = true
 		return
 	}
-	c.sendHead()
+	c.sendHead(-1)
 	if c.buf.Len() > 0 {
 		_, _ = c.w.Write(c.buf.Bytes())
 		c.buf.Reset()
@@ -153,12 +156,17 @@ func (c *capture) startStreaming() {
 }
 
 // sendHead writes the snapshot of headers taken at WriteHeader and the
-// status to the underlying writer.
-func (c *capture) sendHead() {
+// status to the underlying writer. A length that is not negative is sent
+// as Content-Length unless the handler set one or the status has no body.
+// The snapshot itself is never changed: the store may hold it.
+func (c *capture) sendHead(length int) {
 	h := c.w.Header()
 	clear(h)
 	for k, v := range c.header {
 		h[k] = v
+	}
+	if length >= 0 && bodyAllowed(c.status) && len(h["Content-Length"]) == 0 && len(h["Transfer-Encoding"]) == 0 {
+		h["Content-Length"] = []string{strconv.Itoa(length)}
 	}
 	c.w.WriteHeader(c.status)
 }
@@ -166,10 +174,7 @@ func (c *capture) sendHead() {
 // send writes the buffered response once the handler has returned and the
 // record is stored or released.
 func (c *capture) send() {
-	if bodyAllowed(c.status) && c.header.Get("Content-Length") == "" && c.header.Get("Transfer-Encoding") == "" {
-		c.header["Content-Length"] = []string{strconv.Itoa(c.buf.Len())}
-	}
-	c.sendHead()
+	c.sendHead(c.buf.Len())
 	if c.buf.Len() > 0 {
 		_, _ = c.w.Write(c.buf.Bytes())
 	}

@@ -134,7 +134,7 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		}
 	}
 	e := p.e
-	x := run{p: p, w: w, r: r, next: next, start: time.Now()}
+	x := &run{p: p, w: w, r: r, next: next, start: time.Now()}
 	x.ev.Method, x.ev.Route = r.Method, route
 	if p.skip || !e.Protects(r.Method) {
 		x.skip()
@@ -155,7 +155,7 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	}
 	x.key = key
 	x.ev.key = key
-	body, err := readBody(r, e.cfg.maxRequestBody)
+	body, err := x.readBody(e.cfg.maxRequestBody)
 	if err != nil {
 		if errors.Is(err, errBodyTooLarge) {
 			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", e.cfg.maxRequestBody))
@@ -164,9 +164,8 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		}
 		return
 	}
-	rb := &bodyReader{}
-	rb.Reset(body)
-	r.Body = rb
+	x.body.Reset(body)
+	r.Body = &x.body
 	r.ContentLength = int64(len(body))
 
 	ns := ""
@@ -206,6 +205,9 @@ type run struct {
 	now   time.Time // the clock at the last claim
 	ev    Event
 	lost  atomic.Bool // the heartbeat found the claim lost
+	body  bodyReader  // the request body handed to the handler
+	cw    capture     // the response writer handed to the handler
+	one   [1]byte     // scratch for checking a body's end
 }
 
 func (x *run) done() {
@@ -225,22 +227,26 @@ func (x *run) fail(o Outcome, k problemKind, detail string) {
 	x.done()
 }
 
-func (x *run) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(x.r.Context()), x.p.e.cfg.storeTimeout)
+// ctx returns the context of a store call made after the handler ran: it
+// keeps the request's values but not its cancellation, so a client that
+// hangs up does not leave its key locked.
+func (x *run) ctx() (context.Context, func()) {
+	c := storeContext(x.r.Context(), x.p.e.cfg.storeTimeout, true)
+	return c, c.release
 }
 
 func (x *run) claim() (ClaimResult, error) {
 	e := x.p.e
 	x.now = e.cfg.clock()
 	lease := min(e.cfg.lease, x.p.retention)
-	ctx, cancel := context.WithTimeout(x.r.Context(), e.cfg.storeTimeout)
+	ctx := storeContext(x.r.Context(), e.cfg.storeTimeout, false)
 	t := time.Now()
 	res, err := e.store.Claim(ctx, Claim{
 		Scope: x.scope, Key: x.key, Fingerprint: x.fp, Token: x.token,
 		Now: x.now, LeaseEnd: x.now.Add(lease),
 	})
 	x.ev.Claim += time.Since(t)
-	cancel()
+	ctx.release()
 	if err == nil && !res.Acquired && res.Existing == nil {
 		err = fmt.Errorf("idem: %T.Claim returned neither a claim nor the existing record", e.store)
 	}
@@ -356,7 +362,8 @@ func (x *run) execute() {
 	e := x.p.e
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
-	c := &capture{w: x.w, max: e.cfg.maxResponseBody, buf: buf, run: x}
+	x.cw = capture{w: x.w, max: e.cfg.maxResponseBody, buf: buf, run: x}
+	c := &x.cw
 	r := x.r
 	var tx Tx
 	if e.txb != nil {
@@ -618,7 +625,8 @@ func storedHeader(h http.Header, replayHeader string) http.Header {
 var errBodyTooLarge = errors.New("idem: request body too large")
 
 // readBody reads the whole request body, up to limit bytes.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
+func (x *run) readBody(limit int64) ([]byte, error) {
+	r := x.r
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
@@ -630,8 +638,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		if _, err := io.ReadFull(r.Body, b); err != nil {
 			return nil, err
 		}
-		var one [1]byte
-		if n, _ := r.Body.Read(one[:]); n > 0 {
+		if n, _ := r.Body.Read(x.one[:]); n > 0 {
 			return nil, errors.New("idem: request body longer than its Content-Length")
 		}
 		return b, nil
@@ -652,15 +659,50 @@ type bodyReader struct{ bytes.Reader }
 
 func (*bodyReader) Close() error { return nil }
 
-var hashPool = sync.Pool{New: func() any { return sha256.New() }}
+// hasher is a pooled SHA-256 with scratch space, so fingerprinting a
+// request allocates only its result.
+type hasher struct {
+	h   hash.Hash
+	buf []byte
+	sum [sha256.Size]byte
+	hex [2 * sha256.Size]byte
+}
+
+var hashPool = sync.Pool{New: func() any { return &hasher{h: sha256.New(), buf: make([]byte, 0, 512)} }}
 
 func fingerprintRequest(r *http.Request, body []byte) string {
-	h := hashPool.Get().(hash.Hash)
-	h.Reset()
-	writeFingerprint(h, r.Method, r.URL.RequestURI(), body)
-	var sum [sha256.Size]byte
-	s := hex.EncodeToString(h.Sum(sum[:0]))
-	hashPool.Put(h)
+	hs := hashPool.Get().(*hasher)
+	hs.h.Reset()
+	u := r.URL
+	target := hs.buf[:0]
+	if u.Opaque != "" {
+		target = append(target, u.RequestURI()...)
+	} else {
+		target = append(target, u.EscapedPath()...)
+		if len(target) == 0 {
+			target = append(target, '/')
+		}
+		if u.ForceQuery || u.RawQuery != "" {
+			target = append(target, '?')
+			target = append(target, u.RawQuery...)
+		}
+	}
+	hs.buf = target
+	b := hs.buf[len(target):]
+	b = appendPart(b, r.Method)
+	b = strconv.AppendInt(b, int64(len(target)), 10)
+	b = append(b, ':')
+	hs.h.Write(b)
+	hs.h.Write(target)
+	b = strconv.AppendInt(b[:0], int64(len(body)), 10)
+	b = append(b, ':')
+	hs.h.Write(b)
+	hs.h.Write(body)
+	hex.Encode(hs.hex[:], hs.h.Sum(hs.sum[:0]))
+	s := string(hs.hex[:])
+	if cap(hs.buf) <= 4096 {
+		hashPool.Put(hs)
+	}
 	return s
 }
 

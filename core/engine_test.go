@@ -548,3 +548,17 @@ func TestTransactionalCommitFailure(t *testing.T) {
 		t.Errorf("runs %d committed %d rolled %d calls %v", runs, s.committed, s.rolled, s.calls)
 	}
 }
+
+func TestFingerprintRequestMatchesFingerprint(t *testing.T) {
+	for _, target := range []string{"/", "/orders", "/orders?x=1&y=%20", "/a%2Fb?", "/caf%C3%A9", "*"} {
+		r := httptest.NewRequest("POST", "http://example.com"+strings.TrimPrefix(target, "*"), nil)
+		if target == "*" {
+			r.URL.Path, r.URL.RawPath = "", ""
+			r.URL.Opaque = "*"
+		}
+		body := []byte("body of " + target)
+		if got, want := fingerprintRequest(r, body), Fingerprint("POST", r.URL.RequestURI(), body); got != want {
+			t.Errorf("%s: fingerprintRequest %s, Fingerprint %s", target, got, want)
+		}
+	}
+}

@@ -18,15 +18,14 @@ func Fingerprint(method, pathAndQuery string, body []byte) string {
 	return hex.EncodeToString(h.Sum(sum[:0]))
 }
 
+// writeFingerprint feeds the fingerprint's encoding of the three parts to
+// h: each part prefixed by its length in decimal and a colon.
 func writeFingerprint(h hash.Hash, method, target string, body []byte) {
-	var n [20]byte
-	h.Write(strconv.AppendInt(n[:0], int64(len(method)), 10))
-	h.Write([]byte{':'})
-	h.Write([]byte(method))
-	h.Write(strconv.AppendInt(n[:0], int64(len(target)), 10))
-	h.Write([]byte{':'})
-	h.Write([]byte(target))
-	h.Write(strconv.AppendInt(n[:0], int64(len(body)), 10))
-	h.Write([]byte{':'})
+	b := make([]byte, 0, 64+len(method)+len(target))
+	b = appendPart(b, method)
+	b = appendPart(b, target)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, ':')
+	h.Write(b)
 	h.Write(body)
 }

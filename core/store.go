@@ -100,7 +100,8 @@ type ClaimResult struct {
 	// Acquired reports that the caller now holds the claim.
 	Acquired bool
 	// Existing is the record that blocked the claim; set exactly when
-	// Acquired is false. It is a copy the caller may keep.
+	// Acquired is false. The caller may keep it; its Response may be shared
+	// with the store and must not be modified.
 	Existing *Record
 }
 
@@ -120,11 +121,17 @@ type ClaimResult struct {
 // Complete turns the claim into StateCompleted with resp, replayable until
 // expiresAt. It succeeds only while the record is in progress, holds token,
 // and now is before its LeaseEnd; otherwise it returns ErrLeaseLost and
-// changes nothing. The store keeps its own copy of resp.
+// changes nothing. The caller reuses the memory of resp.Body once Complete
+// returns, so a store that keeps the body in memory copies it; resp.Header
+// is handed over and never modified by the caller afterwards.
 //
 // Release deletes an in-progress record that holds token, so the next
 // request with the key runs again. It never deletes a completed record or
-// another claim's record; in those cases it returns ErrLeaseLost.
+// another claim's record; in those cases, and when there is no record, it
+// returns ErrLeaseLost.
+//
+// Scope and Key are compared byte for byte. Scope may hold any bytes
+// (the namespace comes from the application); Key is printable ASCII.
 //
 // Every method is safe for concurrent use and honours ctx cancellation.
 type Store interface {
@@ -169,7 +176,8 @@ type Extender interface {
 //
 // Watch returns a channel that is closed (or receives) once the record for
 // (scope, key) is completed, released or deleted after Watch returned. The
-// returned stop function releases the watch; the engine always calls it.
+// returned stop function releases the watch; the engine always calls it,
+// and calling it more than once is safe.
 // Notifications may be spurious or, when the store's channel to its
 // server is broken, missing: the engine polls as well.
 type Notifier interface {

@@ -1,0 +1,614 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+)
+
+// Harness builds what RunHTTP tests: a fresh store per scenario and the
+// fixture mounted through a real router.
+type Harness struct {
+	// NewStore returns a fresh, empty store for one scenario; register its
+	// cleanup with t.Cleanup.
+	NewStore func(t *testing.T) idem.Store
+	// Handler mounts every route of f.Routes() on the router under test,
+	// the protected ones behind the idempotency middleware built from e
+	// (with each route's Options, or once at the top with GlobalOptions),
+	// the framework's panic recovery outermost, and returns the router.
+	Handler func(t *testing.T, e *idem.Engine, f *Fixture) http.Handler
+}
+
+// RunHTTP runs the behaviour table of the engine as HTTP scenarios against
+// the fixture routes mounted by h. Each scenario gets a fresh store, a
+// fresh fixture and an engine configured for it; requests go through
+// h.Handler in-process.
+func RunHTTP(t *testing.T, h Harness) {
+	t.Helper()
+	if h.NewStore == nil || h.Handler == nil {
+		t.Fatal("conformance: Harness needs NewStore and Handler")
+	}
+	for _, sc := range httpScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			v := newEnv(t, h, sc.opts)
+			sc.run(t, v)
+		})
+	}
+}
+
+type scenario struct {
+	name string
+	opts func(v *env) []idem.Option
+	run  func(t *testing.T, v *env)
+}
+
+// env is one scenario's world.
+type env struct {
+	t     *testing.T
+	h     http.Handler
+	f     *Fixture
+	store idem.Store
+	clock *manualClock
+	fail  *failingStore
+}
+
+func newEnv(t *testing.T, h Harness, opts func(v *env) []idem.Option) *env {
+	v := &env{t: t, f: NewFixture(), clock: &manualClock{now: time.Now().Truncate(time.Millisecond)}}
+	v.store = h.NewStore(t)
+	v.fail = &failingStore{Store: v.store}
+	all := []idem.Option{
+		idem.WithNamespace(Namespace),
+		idem.WithLogger(slog.New(slog.DiscardHandler)),
+	}
+	if opts != nil {
+		all = append(all, opts(v)...)
+	}
+	e, err := idem.New(v.fail, all...)
+	if err != nil {
+		t.Fatalf("idem.New: %v", err)
+	}
+	v.h = h.Handler(t, e, v.f)
+	return v
+}
+
+type req struct {
+	method, target string
+	key            string // "" sends no key header
+	body           string
+	header         http.Header
+	chunked        bool // no Content-Length
+}
+
+type resp struct {
+	code   int
+	header http.Header
+	body   string
+}
+
+func (v *env) do(r req) resp {
+	v.t.Helper()
+	var body io.Reader = strings.NewReader(r.body)
+	if r.chunked {
+		body = io.MultiReader(strings.NewReader(r.body))
+	}
+	hr := httptest.NewRequest(r.method, r.target, body)
+	if r.chunked {
+		hr.ContentLength = -1
+	}
+	if r.key != "" {
+		hr.Header.Set("Idempotency-Key", r.key)
+	}
+	for k, vs := range r.header {
+		for _, x := range vs {
+			hr.Header.Add(k, x)
+		}
+	}
+	w := httptest.NewRecorder()
+	v.h.ServeHTTP(w, hr)
+	return resp{code: w.Code, header: w.Result().Header, body: w.Body.String()}
+}
+
+func (v *env) post(target, key, body string) resp {
+	v.t.Helper()
+	return v.do(req{method: http.MethodPost, target: target, key: key, body: body})
+}
+
+func (v *env) wantCount(n int64) {
+	v.t.Helper()
+	if got := v.f.Count(); got != n {
+		v.t.Errorf("handler ran %d times, want %d", got, n)
+	}
+}
+
+func wantStatus(t *testing.T, r resp, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("status %d, want %d; body %q", r.code, code, r.body)
+	}
+}
+
+func wantFresh(t *testing.T, r resp, code int, body string) {
+	t.Helper()
+	wantStatus(t, r, code)
+	if r.body != body {
+		t.Errorf("body %q, want %q", r.body, body)
+	}
+	if got := r.header.Get("Idempotent-Replayed"); got != "" {
+		t.Errorf("a first response carries Idempotent-Replayed: %q", got)
+	}
+}
+
+func wantReplay(t *testing.T, r resp, code int, body string) {
+	t.Helper()
+	wantStatus(t, r, code)
+	if r.body != body {
+		t.Errorf("replayed body %q, want %q", r.body, body)
+	}
+	if got := r.header.Get("Idempotent-Replayed"); got != "true" {
+		t.Errorf("Idempotent-Replayed = %q, want true", got)
+	}
+	if cl := r.header.Get("Content-Length"); cl != "" && cl != strconv.Itoa(len(r.body)) {
+		t.Errorf("Content-Length %s, body has %d bytes", cl, len(r.body))
+	}
+}
+
+// wantProblem checks an RFC 9457 answer from the engine.
+func wantProblem(t *testing.T, r resp, code int) map[string]any {
+	t.Helper()
+	wantStatus(t, r, code)
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type %q, want application/problem+json", ct)
+	}
+	if cc := r.header.Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("Cache-Control %q, want no-store", cc)
+	}
+	if r.header.Get("Idempotent-Replayed") != "" {
+		t.Error("a problem response is marked as replayed")
+	}
+	var p map[string]any
+	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
+		t.Fatalf("problem body is not JSON: %v: %q", err, r.body)
+	}
+	if s, _ := p["status"].(float64); int(s) != code {
+		t.Errorf("problem status %v, want %d", p["status"], code)
+	}
+	for _, f := range []string{"type", "title"} {
+		if s, _ := p[f].(string); s == "" {
+			t.Errorf("problem has no %q: %q", f, r.body)
+		}
+	}
+	return p
+}
+
+func wantRetryAfter(t *testing.T, r resp) {
+	t.Helper()
+	n, err := strconv.Atoi(r.header.Get("Retry-After"))
+	if err != nil || n < 1 {
+		t.Errorf("Retry-After %q, want whole seconds >= 1", r.header.Get("Retry-After"))
+	}
+}
+
+// waitCount waits until the handler ran n times (a request is inside it).
+func (v *env) waitCount(n int64) {
+	v.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for v.f.Count() < n {
+		if time.Now().After(deadline) {
+			v.t.Fatalf("handler count stayed at %d, want %d", v.f.Count(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// async sends r in a goroutine; the returned function waits for it.
+func (v *env) async(r req) func() resp {
+	ch := make(chan resp, 1)
+	go func() {
+		hr := httptest.NewRequest(r.method, r.target, strings.NewReader(r.body))
+		if r.key != "" {
+			hr.Header.Set("Idempotency-Key", r.key)
+		}
+		w := httptest.NewRecorder()
+		v.h.ServeHTTP(w, hr)
+		ch <- resp{code: w.Code, header: w.Result().Header, body: w.Body.String()}
+	}()
+	return func() resp { return <-ch }
+}
+
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+var errStoreDown = errors.New("conformance: store is down")
+
+// failingStore wraps a store and fails every call while down is set.
+type failingStore struct {
+	idem.Store
+	mu   sync.Mutex
+	down bool
+}
+
+func (s *failingStore) setDown(b bool) { s.mu.Lock(); s.down = b; s.mu.Unlock() }
+func (s *failingStore) isDown() bool   { s.mu.Lock(); defer s.mu.Unlock(); return s.down }
+
+func (s *failingStore) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+	if s.isDown() {
+		return idem.ClaimResult{}, errStoreDown
+	}
+	return s.Store.Claim(ctx, c)
+}
+
+func (s *failingStore) Complete(ctx context.Context, scope, key, token string, r idem.Response, now, exp time.Time) error {
+	if s.isDown() {
+		return errStoreDown
+	}
+	return s.Store.Complete(ctx, scope, key, token, r, now, exp)
+}
+
+// Watch passes the store's Notifier through, so wait mode is tested with
+// notifications when the store has them.
+func (s *failingStore) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
+	if n, ok := s.Store.(idem.Notifier); ok {
+		return n.Watch(ctx, scope, key)
+	}
+	return nil, nil, errors.New("conformance: store has no Notifier")
+}
+
+func withOpts(opts ...idem.Option) func(*env) []idem.Option {
+	return func(*env) []idem.Option { return opts }
+}
+
+var httpScenarios = []scenario{
+	{name: "first request runs and the retry is replayed", run: func(t *testing.T, v *env) {
+		body := `{"amount":42}`
+		r1 := v.do(req{method: "POST", target: "/echo", key: "k1", body: body, header: http.Header{"Content-Type": {"application/json"}}})
+		wantFresh(t, r1, 201, body)
+		r2 := v.do(req{method: "POST", target: "/echo", key: "k1", body: body, header: http.Header{"Content-Type": {"application/json"}}})
+		wantReplay(t, r2, 201, body)
+		if ct := r2.header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("replayed Content-Type %q, want application/json", ct)
+		}
+		if cl := r2.header.Get("Content-Length"); cl != strconv.Itoa(len(body)) {
+			t.Errorf("replayed Content-Length %q, want %d", cl, len(body))
+		}
+		v.wantCount(1)
+	}},
+	{name: "PATCH is protected too", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.do(req{method: "PATCH", target: "/echo", key: "p", body: "x"}), 200, "x")
+		wantReplay(t, v.do(req{method: "PATCH", target: "/echo", key: "p", body: "x"}), 200, "x")
+		v.wantCount(1)
+	}},
+	{name: "binary body reaches the handler unchanged and is replayed exactly", run: func(t *testing.T, v *env) {
+		body := string([]byte{0, 1, 2, 0xff, 0xfe, '\n', 0x80})
+		wantFresh(t, v.post("/echo", "bin", body), 201, body)
+		wantReplay(t, v.post("/echo", "bin", body), 201, body)
+		v.wantCount(1)
+	}},
+	{name: "body without Content-Length", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.do(req{method: "POST", target: "/echo", key: "c", body: "chunked", chunked: true}), 201, "chunked")
+		wantReplay(t, v.do(req{method: "POST", target: "/echo", key: "c", body: "chunked", chunked: true}), 201, "chunked")
+		v.wantCount(1)
+	}},
+	{name: "different body with the same key is 422 and the record is untouched", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.post("/echo", "m", "one"), 201, "one")
+		wantProblem(t, v.post("/echo", "m", "two"), 422)
+		wantReplay(t, v.post("/echo", "m", "one"), 201, "one")
+		v.wantCount(1)
+	}},
+	{name: "different query with the same key is 422", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.post("/slow?ms=1", "q", ""), 200, "slept:1")
+		wantProblem(t, v.post("/slow?ms=2", "q", ""), 422)
+		v.wantCount(1)
+	}},
+	{name: "same route template, different path is 422", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.post("/items/1", "i", ""), 201, "item:1")
+		wantProblem(t, v.post("/items/2", "i", ""), 422)
+		v.wantCount(1)
+	}},
+	{name: "different routes are different scopes", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.post("/echo", "s", ""), 201, "")
+		wantFresh(t, v.post("/items/1", "s", ""), 201, "item:1")
+		v.wantCount(2)
+	}},
+	{name: "different methods are different scopes", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.do(req{method: "POST", target: "/echo", key: "pm", body: "a"}), 201, "a")
+		wantFresh(t, v.do(req{method: "PATCH", target: "/echo", key: "pm", body: "a"}), 200, "a")
+		v.wantCount(2)
+	}},
+	{name: "different namespaces are different scopes", run: func(t *testing.T, v *env) {
+		alice := http.Header{"Authorization": {"Bearer alice"}}
+		bob := http.Header{"Authorization": {"Bearer bob"}}
+		wantFresh(t, v.do(req{method: "POST", target: "/echo", key: "n", body: "a", header: alice}), 201, "a")
+		wantFresh(t, v.do(req{method: "POST", target: "/echo", key: "n", body: "b", header: bob}), 201, "b")
+		wantReplay(t, v.do(req{method: "POST", target: "/echo", key: "n", body: "a", header: alice}), 201, "a")
+		wantFresh(t, v.post("/echo", "n", "global"), 201, "global")
+		v.wantCount(3)
+	}},
+	{name: "quoted key is the same key as the bare one", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.post("/echo", `"abc"`, "x"), 201, "x")
+		wantReplay(t, v.post("/echo", "abc", "x"), 201, "x")
+		wantReplay(t, v.post("/echo", ` "abc" `, "x"), 201, "x")
+		v.wantCount(1)
+	}},
+	{name: "missing key is 400 and the handler does not run", run: func(t *testing.T, v *env) {
+		wantProblem(t, v.post("/echo", "", "x"), 400)
+		v.wantCount(0)
+	}},
+	{name: "optional key: no key runs every time", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.post("/optional", "", ""), 201, "optional")
+		wantFresh(t, v.post("/optional", "", ""), 201, "optional")
+		wantFresh(t, v.post("/optional", "o", ""), 201, "optional")
+		wantReplay(t, v.post("/optional", "o", ""), 201, "optional")
+		v.wantCount(3)
+	}},
+	{name: "invalid keys are 400 and the handler does not run", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.post("/echo", "good", "x"), 201, "x")
+		for _, tc := range []struct {
+			name string
+			vals []string
+		}{
+			{"empty", []string{""}},
+			{"blank", []string{"   "}},
+			{"empty quoted", []string{`""`}},
+			{"256 characters", []string{strings.Repeat("k", 256)}},
+			{"non-ASCII", []string{"clé"}},
+			{"control character", []string{"a\x01b"}},
+			{"two header lines", []string{"good", "good"}},
+			{"a list", []string{"good, other"}},
+			{"a quoted list", []string{`"good", "other"`}},
+			{"parameters", []string{`"good";x=1`}},
+			{"unterminated quote", []string{`"good`}},
+			{"bad escape", []string{`"go\od"`}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				hr := httptest.NewRequest("POST", "/echo", strings.NewReader("x"))
+				hr.Header["Idempotency-Key"] = tc.vals
+				w := httptest.NewRecorder()
+				v.h.ServeHTTP(w, hr)
+				wantProblem(t, resp{code: w.Code, header: w.Result().Header, body: w.Body.String()}, 400)
+			})
+		}
+		v.wantCount(1)
+		wantReplay(t, v.post("/echo", "good", "x"), 201, "x")
+	}},
+	{name: "255-character key is accepted", run: func(t *testing.T, v *env) {
+		k := strings.Repeat("k", 255)
+		wantFresh(t, v.post("/echo", k, "x"), 201, "x")
+		wantReplay(t, v.post("/echo", k, "x"), 201, "x")
+	}},
+	{name: "safe methods are never touched", run: func(t *testing.T, v *env) {
+		for i := 0; i < 2; i++ {
+			r := v.do(req{method: "GET", target: "/counter", key: "g, not a valid key"})
+			wantStatus(t, r, 200)
+			if r.header.Get("Idempotent-Replayed") != "" {
+				t.Error("GET was replayed")
+			}
+		}
+		wantFresh(t, v.post("/echo", "after", ""), 201, "")
+		if r := v.do(req{method: "GET", target: "/counter", key: "after"}); r.body != `{"count":1}` {
+			t.Errorf("GET /counter with a used key: %q, want the live count 1", r.body)
+		}
+	}},
+	{name: "unmatched routes pass through untouched", run: func(t *testing.T, v *env) {
+		r := v.do(req{method: "POST", target: "/no/such/route", key: `"unterminated`})
+		if r.code != 404 {
+			t.Errorf("unknown route: status %d, want the router's 404", r.code)
+		}
+		r = v.do(req{method: "POST", target: "/counter", key: `"unterminated`})
+		if r.code != 404 && r.code != 405 {
+			t.Errorf("wrong method: status %d, want the router's 404 or 405", r.code)
+		}
+	}},
+	{name: "5xx releases the key", run: func(t *testing.T, v *env) {
+		for _, code := range []string{"500", "502", "503"} {
+			wantFresh(t, v.post("/status/"+code, "e"+code, ""), mustAtoi(code), "status:"+code)
+			wantFresh(t, v.post("/status/"+code, "e"+code, ""), mustAtoi(code), "status:"+code)
+		}
+		v.wantCount(6)
+	}},
+	{name: "429 releases the key", run: func(t *testing.T, v *env) {
+		wantFresh(t, v.post("/status/429", "r", ""), 429, "status:429")
+		wantFresh(t, v.post("/status/429", "r", ""), 429, "status:429")
+		v.wantCount(2)
+	}},
+	{name: "2xx, 3xx and other 4xx are stored", run: func(t *testing.T, v *env) {
+		for _, code := range []string{"200", "202", "204", "302", "400", "404", "409", "422"} {
+			body := "status:" + code
+			if code == "204" {
+				body = ""
+			}
+			wantFresh(t, v.post("/status/"+code, "s"+code, ""), mustAtoi(code), body)
+			wantReplay(t, v.post("/status/"+code, "s"+code, ""), mustAtoi(code), body)
+		}
+		v.wantCount(8)
+	}},
+	{name: "panic releases the key", run: func(t *testing.T, v *env) {
+		wantStatus(t, v.post("/panic", "p", ""), 500)
+		wantStatus(t, v.post("/panic", "p", ""), 500)
+		v.wantCount(2)
+	}},
+	{name: "Set-Cookie is never replayed", run: func(t *testing.T, v *env) {
+		r1 := v.post("/cookie", "ck", "")
+		wantFresh(t, r1, 201, "cookie")
+		if r1.header.Get("Set-Cookie") == "" {
+			t.Fatal("the first response lost its Set-Cookie")
+		}
+		r2 := v.post("/cookie", "ck", "")
+		wantReplay(t, r2, 201, "cookie")
+		if sc := r2.header.Get("Set-Cookie"); sc != "" {
+			t.Errorf("replay carries Set-Cookie %q", sc)
+		}
+		v.wantCount(1)
+	}},
+	{name: "in-progress duplicate is 409 with Retry-After", run: func(t *testing.T, v *env) {
+		first := v.async(req{method: "POST", target: "/slow?ms=400", key: "busy"})
+		v.waitCount(1)
+		r := v.post("/slow?ms=400", "busy", "")
+		wantProblem(t, r, 409)
+		wantRetryAfter(t, r)
+		wantFresh(t, first(), 200, "slept:400")
+		wantReplay(t, v.post("/slow?ms=400", "busy", ""), 200, "slept:400")
+		v.wantCount(1)
+	}},
+	{name: "in-progress duplicate with another body is 422", run: func(t *testing.T, v *env) {
+		first := v.async(req{method: "POST", target: "/slow?ms=300", key: "busy"})
+		v.waitCount(1)
+		wantProblem(t, v.post("/slow?ms=301", "busy", ""), 422)
+		first()
+	}},
+	{name: "wait mode replays once the first finishes", opts: withOpts(idem.WithWait(5 * time.Second)), run: func(t *testing.T, v *env) {
+		first := v.async(req{method: "POST", target: "/slow?ms=200", key: "w"})
+		v.waitCount(1)
+		wantReplay(t, v.post("/slow?ms=200", "w", ""), 200, "slept:200")
+		wantFresh(t, first(), 200, "slept:200")
+		v.wantCount(1)
+	}},
+	{name: "wait mode gives up with 409", opts: withOpts(idem.WithWait(50 * time.Millisecond)), run: func(t *testing.T, v *env) {
+		first := v.async(req{method: "POST", target: "/slow?ms=600", key: "w"})
+		v.waitCount(1)
+		r := v.post("/slow?ms=600", "w", "")
+		wantProblem(t, r, 409)
+		wantRetryAfter(t, r)
+		first()
+		v.wantCount(1)
+	}},
+	{name: "concurrent duplicates run the handler once", run: func(t *testing.T, v *env) {
+		var wg sync.WaitGroup
+		codes := make([]int, 20)
+		for i := range codes {
+			wg.Go(func() { codes[i] = v.post("/slow?ms=50", "dup", "").code })
+		}
+		wg.Wait()
+		v.wantCount(1)
+		for i, c := range codes {
+			if c != 200 && c != 409 {
+				t.Errorf("duplicate %d: status %d, want 200 or 409", i, c)
+			}
+		}
+	}},
+	{name: "an instant retry is replayed, never 409", run: func(t *testing.T, v *env) {
+		for i := 0; i < 200; i++ {
+			k := "tight-" + strconv.Itoa(i)
+			r1 := v.post("/echo", k, "x")
+			r2 := v.post("/echo", k, "x")
+			if r1.code != 201 || r2.code != 201 || r2.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("try %d: first %d, retry %d (replayed %q)", i, r1.code, r2.code, r2.header.Get("Idempotent-Replayed"))
+			}
+		}
+		v.wantCount(200)
+	}},
+	{name: "request body over the cap is 413", opts: withOpts(idem.WithMaxRequestBody(1024)), run: func(t *testing.T, v *env) {
+		wantProblem(t, v.post("/echo", "big", strings.Repeat("b", 2048)), 413)
+		wantProblem(t, v.do(req{method: "POST", target: "/echo", key: "big2", body: strings.Repeat("b", 2048), chunked: true}), 413)
+		v.wantCount(0)
+		wantFresh(t, v.post("/echo", "big", strings.Repeat("b", 1024)), 201, strings.Repeat("b", 1024))
+	}},
+	{name: "response over the cap is sent in full and replayed without its body", opts: withOpts(idem.WithMaxResponseBody(1024)), run: func(t *testing.T, v *env) {
+		r1 := v.post("/large?bytes=5000", "L", "")
+		wantFresh(t, r1, 200, strings.Repeat("x", 5000))
+		r2 := v.post("/large?bytes=5000", "L", "")
+		wantReplay(t, r2, 200, "")
+		if r2.header.Get(idem.HeaderBodyOmitted) != "true" {
+			t.Errorf("%s = %q, want true", idem.HeaderBodyOmitted, r2.header.Get(idem.HeaderBodyOmitted))
+		}
+		v.wantCount(1)
+		r3 := v.post("/large?bytes=1000", "S", "")
+		wantFresh(t, r3, 200, strings.Repeat("x", 1000))
+		wantReplay(t, v.post("/large?bytes=1000", "S", ""), 200, strings.Repeat("x", 1000))
+	}},
+	{name: "store failure fails closed with 503", run: func(t *testing.T, v *env) {
+		v.fail.setDown(true)
+		r := v.post("/echo", "down", "x")
+		wantProblem(t, r, 503)
+		wantRetryAfter(t, r)
+		v.wantCount(0)
+		v.fail.setDown(false)
+		wantFresh(t, v.post("/echo", "down", "x"), 201, "x")
+		wantReplay(t, v.post("/echo", "down", "x"), 201, "x")
+	}},
+	{name: "store failure with fail open runs unprotected", opts: withOpts(idem.WithFailOpen()), run: func(t *testing.T, v *env) {
+		v.fail.setDown(true)
+		wantFresh(t, v.post("/echo", "open", "x"), 201, "x")
+		wantFresh(t, v.post("/echo", "open", "x"), 201, "x")
+		v.wantCount(2)
+	}},
+	{name: "completed record expires after the retention", opts: func(v *env) []idem.Option {
+		return []idem.Option{idem.WithClock(v.clock.Now), idem.WithRetention(time.Hour)}
+	}, run: func(t *testing.T, v *env) {
+		wantFresh(t, v.post("/echo", "exp", "x"), 201, "x")
+		v.clock.Advance(59 * time.Minute)
+		wantReplay(t, v.post("/echo", "exp", "x"), 201, "x")
+		v.clock.Advance(2 * time.Minute)
+		wantFresh(t, v.post("/echo", "exp", "x"), 201, "x")
+		v.wantCount(2)
+	}},
+	{name: "abandoned claim blocks until its lease ends, then is taken over", opts: func(v *env) []idem.Option {
+		return []idem.Option{idem.WithClock(v.clock.Now), idem.WithLease(time.Minute)}
+	}, run: func(t *testing.T, v *env) {
+		// A claim whose owner died: planted directly in the store.
+		now := v.clock.Now()
+		res, err := v.store.Claim(t.Context(), idem.Claim{
+			Scope: idem.Scope("", "POST", "/echo"), Key: "dead",
+			Fingerprint: idem.Fingerprint("POST", "/echo", []byte("x")),
+			Token:       "dead-owner", Now: now, LeaseEnd: now.Add(time.Minute),
+		})
+		if err != nil || !res.Acquired {
+			t.Fatalf("planting a claim: %v %+v", err, res)
+		}
+		r := v.post("/echo", "dead", "x")
+		wantProblem(t, r, 409)
+		if ra := r.header.Get("Retry-After"); ra != "60" {
+			t.Errorf("Retry-After %q, want 60 (the lease left)", ra)
+		}
+		v.clock.Advance(61 * time.Second)
+		wantFresh(t, v.post("/echo", "dead", "x"), 201, "x")
+		wantReplay(t, v.post("/echo", "dead", "x"), 201, "x")
+		v.wantCount(1)
+	}},
+	{name: "problem type URL is configurable", opts: withOpts(idem.WithProblemTypeBase("https://example.com/problems/")), run: func(t *testing.T, v *env) {
+		p := wantProblem(t, v.post("/echo", "", ""), 400)
+		if s, _ := p["type"].(string); !strings.HasPrefix(s, "https://example.com/problems/") {
+			t.Errorf("type %q does not use the configured base", s)
+		}
+	}},
+	{name: "replay header name is configurable", opts: withOpts(idem.WithReplayHeader("X-Replayed")), run: func(t *testing.T, v *env) {
+		v.post("/echo", "h", "")
+		r := v.post("/echo", "h", "")
+		if r.header.Get("X-Replayed") != "true" || r.header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("replay headers: X-Replayed=%q Idempotent-Replayed=%q", r.header.Get("X-Replayed"), r.header.Get("Idempotent-Replayed"))
+		}
+	}},
+}
+
+func mustAtoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		panic(fmt.Sprintf("conformance: %q is not a number", s))
+	}
+	return n
+}

@@ -1,0 +1,1274 @@
+package conformance
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+)
+
+// Lifetimes the suite uses. They are only offsets from a base time: no test
+// waits for them to pass.
+const (
+	lease     = 5 * time.Minute
+	retention = 24 * time.Hour
+)
+
+// timeTolerance is how far a time read back from a store may be from the
+// time the suite wrote.
+const timeTolerance = time.Millisecond
+
+// notifyTimeout is how long the Notifier tests wait for a watch to fire.
+const notifyTimeout = 5 * time.Second
+
+// scopeA is the scope most tests use; it is what the engine would build.
+var scopeA = idem.Scope("tenant-1", "POST", "/orders/{id}")
+
+// RunStore checks that a Store keeps the contract written on [idem.Store]
+// and on the optional capabilities it implements. It is the one definition
+// of that contract: the memory, Redis and PostgreSQL stores run it, and so
+// should any other store.
+//
+// newStore must return a fresh, empty store that no other subtest sees (a
+// new instance, or a unique key prefix or schema on a shared server); it
+// registers its own cleanup with t.Cleanup. RunStore calls it once per
+// subtest, and once more per optional capability to find out whether the
+// store implements it. Subtests do not run in parallel with each other.
+//
+// The suite checks, each rule in its own subtest:
+//
+//   - Claim takes a key that has no record, whose record has expired
+//     (now at or past ExpiresAt), or whose in-progress claim's lease has
+//     ended (now at or past LeaseEnd); otherwise it returns the record as
+//     Existing in the same call, with the right fingerprint, state,
+//     CreatedAt, LeaseEnd, ExpiresAt and, once completed, Response.
+//   - Complete and Release act only for the token that holds the claim,
+//     Complete only before the lease ends, Release never on a completed
+//     record; otherwise they return [idem.ErrLeaseLost] and change nothing.
+//   - Responses round-trip exactly: status, multi-valued headers in order,
+//     empty, binary and 1 MiB bodies, and BodyOmitted. The caller may reuse
+//     the body's memory once Complete returns; it never changes the header
+//     it handed over.
+//   - (scope, key) pairs are independent, even when scopes and keys hold
+//     ':', '{', '}', spaces or non-ASCII characters (in scopes) and a naive
+//     concatenation of the two would collide.
+//   - 64 goroutines racing for one key get exactly one claim; 200 keys
+//     claimed and completed from 8 goroutines all succeed.
+//   - The Existing record is a copy: changing its fields does not change
+//     the store. The suite does not modify Existing.Response or what it
+//     points to, so a store may share one immutable Response between
+//     readers.
+//   - Getter, Deleter, ExpiredDeleter, Extender and Notifier, each in its
+//     own subtest, when the store implements them; the subtest is skipped
+//     otherwise. TxBeginner is not checked here.
+//
+// Time. Every time comes from the now values the suite passes; nothing
+// sleeps waiting for a record to expire. The suite uses a base time taken
+// from the wall clock when a subtest starts, truncated to the millisecond,
+// plus offsets, so a store that also sets a server-side TTL from the times
+// it is given never loses a record during a subtest. The now values the
+// suite passes are not monotonic across calls: to prove that a record was
+// removed it may claim it again at an earlier now. Times read back are
+// compared with a tolerance of 1 ms, so a store must keep at least
+// millisecond precision; the zero time (LeaseEnd of a completed record)
+// must read back as the zero time.
+//
+// Scopes in the suite are valid UTF-8 without NUL bytes; keys are
+// printable ASCII, as the engine sends them.
+func RunStore(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	t.Helper()
+	for _, tc := range contractTests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.run(newHarness(t, newStore(t)))
+		})
+	}
+	for _, group := range capabilityTests {
+		t.Run(group.name, func(t *testing.T) {
+			if probe := newStore(t); !group.implementedBy(probe) {
+				t.Skipf("%T does not implement idem.%s; its rules are not checked", probe, group.name)
+			}
+			for _, tc := range group.tests {
+				t.Run(tc.name, func(t *testing.T) {
+					tc.run(newHarness(t, newStore(t)))
+				})
+			}
+		})
+	}
+}
+
+type storeTest struct {
+	name string
+	run  func(h *harness)
+}
+
+var contractTests = []storeTest{
+	{"ClaimOnEmpty", testClaimOnEmpty},
+	{"ClaimLiveLeaseReturnsExisting", testClaimLiveLease},
+	{"ClaimAbandonedLeaseTakesOver", testClaimAbandonedLease},
+	{"ClaimCompletedReturnsResponse", testClaimCompleted},
+	{"ClaimExpiredCompletedTakesOver", testClaimExpiredCompleted},
+	{"CompleteWrongToken", testCompleteWrongToken},
+	{"CompleteMissingRecord", testCompleteMissing},
+	{"CompleteAfterLeaseEnd", testCompleteAfterLeaseEnd},
+	{"CompleteTwice", testCompleteTwice},
+	{"CompleteAfterTakeover", testCompleteAfterTakeover},
+	{"CompleteCopiesBody", testCompleteKeepsCopy},
+	{"ReleaseWrongToken", testReleaseWrongToken},
+	{"ReleaseNeverDeletesCompleted", testReleaseCompleted},
+	{"ReleaseThenClaimAgain", testReleaseThenClaim},
+	{"ReleaseMissingRecord", testReleaseMissing},
+	{"ResponseRoundTrip", testResponseRoundTrip},
+	{"TimePrecision", testTimePrecision},
+	{"ScopeAndKeyIsolation", testIsolation},
+	{"ConcurrentClaimsOneKey", testConcurrentOneKey},
+	{"ConcurrentManyKeys", testConcurrentManyKeys},
+	{"ExistingIsCopy", testExistingIsCopy},
+}
+
+type capabilityGroup struct {
+	name          string
+	implementedBy func(idem.Store) bool
+	tests         []storeTest
+}
+
+func implements[C any](s idem.Store) bool {
+	_, ok := s.(C)
+	return ok
+}
+
+var capabilityTests = []capabilityGroup{
+	{"Getter", implements[idem.Getter], []storeTest{
+		{"InProgress", testGetInProgress},
+		{"Completed", testGetCompleted},
+		{"Missing", testGetMissing},
+		{"Expired", testGetExpired},
+	}},
+	{"Deleter", implements[idem.Deleter], []storeTest{
+		{"InProgress", testDeleteInProgress},
+		{"Completed", testDeleteCompleted},
+		{"Missing", testDeleteMissing},
+	}},
+	{"ExpiredDeleter", implements[idem.ExpiredDeleter], []storeTest{
+		{"Empty", testDeleteExpiredEmpty},
+		{"RemovesOnlyExpired", testDeleteExpired},
+	}},
+	{"Extender", implements[idem.Extender], []storeTest{
+		{"ExtendsLiveClaim", testExtendLive},
+		{"WrongToken", testExtendWrongToken},
+		{"Completed", testExtendCompleted},
+		{"AfterLeaseEnd", testExtendAfterLeaseEnd},
+		{"MissingRecord", testExtendMissing},
+		{"AfterTakeover", testExtendAfterTakeover},
+	}},
+	{"Notifier", implements[idem.Notifier], []storeTest{
+		{"Complete", testWatchComplete},
+		{"Release", testWatchRelease},
+		{"Delete", testWatchDelete},
+		{"SeveralWatchers", testWatchSeveral},
+		{"StopTwice", testWatchStopTwice},
+	}},
+}
+
+// harness carries one subtest's store and clock.
+type harness struct {
+	t    *testing.T
+	s    idem.Store
+	base time.Time
+}
+
+func newHarness(t *testing.T, s idem.Store) *harness {
+	if s == nil {
+		t.Fatal("newStore returned a nil Store")
+	}
+	return &harness{t: t, s: s, base: time.Now().Truncate(time.Millisecond)}
+}
+
+// at returns the base time plus d.
+func (h *harness) at(d time.Duration) time.Time { return h.base.Add(d) }
+
+// when formats a time relative to the base, for failure messages.
+func (h *harness) when(x time.Time) string {
+	if x.IsZero() {
+		return "the zero time"
+	}
+	d := x.Sub(h.base)
+	if d < 0 {
+		return "base-" + (-d).String()
+	}
+	return "base+" + d.String()
+}
+
+// newClaim returns a claim taken at now with the default lease.
+func (h *harness) newClaim(scope, key, fingerprint, token string, now time.Time) idem.Claim {
+	return idem.Claim{
+		Scope:       scope,
+		Key:         key,
+		Fingerprint: fingerprint,
+		Token:       token,
+		Now:         now,
+		LeaseEnd:    now.Add(lease),
+	}
+}
+
+func (h *harness) describe(c idem.Claim) string {
+	return fmt.Sprintf("Claim(scope %q, key %q, fingerprint %q, token %q, now %s, lease end %s)",
+		c.Scope, c.Key, c.Fingerprint, c.Token, h.when(c.Now), h.when(c.LeaseEnd))
+}
+
+// claim calls Claim and checks that Existing is set exactly when Acquired
+// is false.
+func (h *harness) claim(c idem.Claim) idem.ClaimResult {
+	h.t.Helper()
+	res, err := h.s.Claim(h.t.Context(), c)
+	if err != nil {
+		h.t.Fatalf("%s: unexpected error: %v", h.describe(c), err)
+	}
+	if res.Acquired && res.Existing != nil {
+		h.t.Fatalf("%s: Acquired is true but Existing is %+v; Existing must be set exactly when Acquired is false", h.describe(c), *res.Existing)
+	}
+	if !res.Acquired && res.Existing == nil {
+		h.t.Fatalf("%s: Acquired is false but Existing is nil; Existing must be set exactly when Acquired is false", h.describe(c))
+	}
+	return res
+}
+
+// acquire claims and fails the test unless the claim is acquired.
+func (h *harness) acquire(c idem.Claim, why string) {
+	h.t.Helper()
+	if res := h.claim(c); !res.Acquired {
+		h.t.Fatalf("%s: not acquired, want acquired (%s); existing record: %s", h.describe(c), why, h.formatRecord(res.Existing))
+	}
+}
+
+// blocked claims and fails the test unless the claim is refused; it
+// returns the Existing record.
+func (h *harness) blocked(c idem.Claim, why string) *idem.Record {
+	h.t.Helper()
+	res := h.claim(c)
+	if res.Acquired {
+		h.t.Fatalf("%s: acquired, want refused with the existing record (%s)", h.describe(c), why)
+	}
+	return res.Existing
+}
+
+func (h *harness) formatRecord(r *idem.Record) string {
+	if r == nil {
+		return "<nil>"
+	}
+	resp := "<nil>"
+	if r.Response != nil {
+		resp = fmt.Sprintf("{Status:%d Header:%v Body:%d bytes BodyOmitted:%t}",
+			r.Response.Status, r.Response.Header, len(r.Response.Body), r.Response.BodyOmitted)
+	}
+	return fmt.Sprintf("{Fingerprint:%q State:%s CreatedAt:%s LeaseEnd:%s ExpiresAt:%s Response:%s}",
+		r.Fingerprint, r.State, h.when(r.CreatedAt), h.when(r.LeaseEnd), h.when(r.ExpiresAt), resp)
+}
+
+func (h *harness) complete(scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
+	return h.s.Complete(h.t.Context(), scope, key, token, resp, now, expiresAt)
+}
+
+func (h *harness) mustComplete(scope, key, token string, resp idem.Response, now, expiresAt time.Time) {
+	h.t.Helper()
+	if err := h.complete(scope, key, token, resp, now, expiresAt); err != nil {
+		h.t.Fatalf("Complete(scope %q, key %q, token %q, now %s, expires %s): unexpected error: %v",
+			scope, key, token, h.when(now), h.when(expiresAt), err)
+	}
+}
+
+// wantLeaseLost fails the test unless err is ErrLeaseLost.
+func (h *harness) wantLeaseLost(err error, call string) {
+	h.t.Helper()
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		h.t.Fatalf("%s: got error %v, want one that errors.Is idem.ErrLeaseLost", call, err)
+	}
+}
+
+// want describes the record a store should hold.
+type want struct {
+	fingerprint string
+	state       idem.State
+	createdAt   time.Time
+	leaseEnd    time.Time // zero for completed records
+	expiresAt   time.Time
+	response    *idem.Response // checked when state is StateCompleted
+}
+
+// inProgress describes the record a fresh claim c leaves.
+func inProgress(c idem.Claim) want {
+	return want{
+		fingerprint: c.Fingerprint,
+		state:       idem.StateInProgress,
+		createdAt:   c.Now,
+		leaseEnd:    c.LeaseEnd,
+		expiresAt:   c.LeaseEnd,
+	}
+}
+
+// completed describes the record claim c leaves once completed with resp.
+func completed(c idem.Claim, resp idem.Response, expiresAt time.Time) want {
+	return want{
+		fingerprint: c.Fingerprint,
+		state:       idem.StateCompleted,
+		createdAt:   c.Now,
+		expiresAt:   expiresAt,
+		response:    &resp,
+	}
+}
+
+func (h *harness) checkRecord(what string, got *idem.Record, w want) {
+	h.t.Helper()
+	if got == nil {
+		h.t.Fatalf("%s: record is nil", what)
+	}
+	var diffs []string
+	if got.Fingerprint != w.fingerprint {
+		diffs = append(diffs, fmt.Sprintf("Fingerprint is %q, want %q", got.Fingerprint, w.fingerprint))
+	}
+	if got.State != w.state {
+		diffs = append(diffs, fmt.Sprintf("State is %s (%d), want %s", got.State, got.State, w.state))
+	}
+	diffs = h.diffTime(diffs, "CreatedAt", got.CreatedAt, w.createdAt)
+	diffs = h.diffTime(diffs, "LeaseEnd", got.LeaseEnd, w.leaseEnd)
+	diffs = h.diffTime(diffs, "ExpiresAt", got.ExpiresAt, w.expiresAt)
+	if w.state == idem.StateCompleted {
+		if got.Response == nil {
+			diffs = append(diffs, "Response is nil, want the stored response")
+		} else {
+			diffs = append(diffs, diffResponse(got.Response, w.response)...)
+		}
+	}
+	if len(diffs) > 0 {
+		h.t.Errorf("%s: record differs from what was stored:\n\t%s\ngot %s",
+			what, strings.Join(diffs, "\n\t"), h.formatRecord(got))
+	}
+}
+
+func (h *harness) diffTime(diffs []string, field string, got, want time.Time) []string {
+	if !sameTime(got, want) {
+		diffs = append(diffs, fmt.Sprintf("%s is %s, want %s (tolerance %s)", field, h.when(got), h.when(want), timeTolerance))
+	}
+	return diffs
+}
+
+// sameTime reports whether a and b are both zero, or both non-zero and
+// within timeTolerance of each other.
+func sameTime(a, b time.Time) bool {
+	if a.IsZero() || b.IsZero() {
+		return a.IsZero() == b.IsZero()
+	}
+	d := a.Sub(b)
+	return -timeTolerance <= d && d <= timeTolerance
+}
+
+// diffResponse lists how got differs from want. Nil and empty headers, and
+// nil and empty bodies, are equal.
+func diffResponse(got, want *idem.Response) []string {
+	var diffs []string
+	if got.Status != want.Status {
+		diffs = append(diffs, fmt.Sprintf("Response.Status is %d, want %d", got.Status, want.Status))
+	}
+	if got.BodyOmitted != want.BodyOmitted {
+		diffs = append(diffs, fmt.Sprintf("Response.BodyOmitted is %t, want %t", got.BodyOmitted, want.BodyOmitted))
+	}
+	for _, k := range slices.Sorted(maps.Keys(want.Header)) {
+		g, ok := got.Header[k]
+		switch {
+		case !ok:
+			diffs = append(diffs, fmt.Sprintf("Response.Header has no %q, want %q", k, want.Header[k]))
+		case !slices.Equal(g, want.Header[k]):
+			diffs = append(diffs, fmt.Sprintf("Response.Header[%q] is %q, want %q (same values in the same order)", k, g, want.Header[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(got.Header)) {
+		if _, ok := want.Header[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("Response.Header has %q = %q, which was not stored", k, got.Header[k]))
+		}
+	}
+	if !bytes.Equal(got.Body, want.Body) {
+		i := 0
+		for i < len(got.Body) && i < len(want.Body) && got.Body[i] == want.Body[i] {
+			i++
+		}
+		msg := fmt.Sprintf("Response.Body is %d bytes, want %d; first difference at byte %d", len(got.Body), len(want.Body), i)
+		if i < len(got.Body) && i < len(want.Body) {
+			msg += fmt.Sprintf(" (got 0x%02x, want 0x%02x)", got.Body[i], want.Body[i])
+		}
+		diffs = append(diffs, msg)
+	}
+	return diffs
+}
+
+// okResponse is a small response the tests complete claims with.
+func okResponse(body string) idem.Response {
+	return idem.Response{
+		Status: http.StatusCreated,
+		Header: http.Header{
+			"Content-Type": {"application/json"},
+			"X-Request":    {body},
+		},
+		Body: []byte(body),
+	}
+}
+
+// snapshot returns a deep copy of r, taken before r is handed to a store.
+func snapshot(r idem.Response) idem.Response {
+	r.Header = r.Header.Clone()
+	r.Body = bytes.Clone(r.Body)
+	return r
+}
+
+// Claim
+
+func testClaimOnEmpty(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(time.Second)),
+		"the first claim holds a live lease")
+	h.checkRecord("Existing after the first claim", rec, inProgress(c))
+}
+
+func testClaimLiveLease(h *harness) {
+	first := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(first, "there is no record")
+	for _, d := range []time.Duration{0, time.Second, lease / 2, lease - time.Second} {
+		// Same fingerprint or not, a live claim blocks; the record stays the
+		// first claim's.
+		for _, fp := range []string{"fp-1", "fp-other"} {
+			c := h.newClaim(scopeA, "key-1", fp, "token-"+fp, h.at(d))
+			rec := h.blocked(c, "the first claim's lease has not ended")
+			h.checkRecord(fmt.Sprintf("Existing for a claim at %s with fingerprint %q", h.when(c.Now), fp), rec, inProgress(first))
+		}
+	}
+}
+
+func testClaimAbandonedLease(h *harness) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+	}{
+		{"AtLeaseEnd", lease},
+		{"AfterLeaseEnd", lease + time.Hour},
+	} {
+		h.t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, h.s)
+			key := "key-" + tc.name
+			first := h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0))
+			h.acquire(first, "there is no record")
+			second := h.newClaim(scopeA, key, "fp-2", "token-2", h.at(tc.after))
+			h.acquire(second, "the first claim was never completed and its lease has ended (now >= LeaseEnd)")
+			rec := h.blocked(h.newClaim(scopeA, key, "fp-3", "token-3", second.Now.Add(time.Second)),
+				"the second claim holds a live lease")
+			h.checkRecord("Existing after the takeover", rec, inProgress(second))
+		})
+	}
+}
+
+func testClaimCompleted(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	resp := okResponse("completed")
+	expires := h.at(retention)
+	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(time.Second), expires)
+	for _, d := range []time.Duration{2 * time.Second, lease, lease + time.Minute, retention - time.Second} {
+		retry := h.newClaim(scopeA, "key-1", "fp-1", "token-retry", h.at(d))
+		rec := h.blocked(retry, "the record is completed and has not expired; the lease no longer matters")
+		h.checkRecord("Existing for a retry at "+h.when(retry.Now), rec, completed(c, resp, expires))
+	}
+}
+
+func testClaimExpiredCompleted(h *harness) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+	}{
+		{"AtExpiresAt", retention},
+		{"AfterExpiresAt", retention + time.Hour},
+	} {
+		h.t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, h.s)
+			key := "key-" + tc.name
+			h.acquire(h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0)), "there is no record")
+			h.mustComplete(scopeA, key, "token-1", okResponse("old"), h.at(time.Second), h.at(retention))
+			next := h.newClaim(scopeA, key, "fp-2", "token-2", h.at(tc.after))
+			h.acquire(next, "the completed record has expired (now >= ExpiresAt)")
+			rec := h.blocked(h.newClaim(scopeA, key, "fp-3", "token-3", next.Now.Add(time.Second)),
+				"the new claim holds a live lease")
+			h.checkRecord("Existing after claiming an expired key", rec, inProgress(next))
+		})
+	}
+}
+
+// Complete
+
+func testCompleteWrongToken(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	for _, token := range []string{"token-2", "", "token-1 ", "TOKEN-1", "token-"} {
+		err := h.complete(scopeA, "key-1", token, okResponse("wrong"), h.at(time.Second), h.at(retention))
+		h.wantLeaseLost(err, fmt.Sprintf("Complete with token %q while %q holds the claim", token, "token-1"))
+		rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", h.at(2*time.Second)), "the claim is still held")
+		h.checkRecord(fmt.Sprintf("record after Complete with wrong token %q", token), rec, inProgress(c))
+	}
+	resp := okResponse("right")
+	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(3*time.Second), h.at(retention))
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-x", h.at(4*time.Second)), "the record is completed")
+	h.checkRecord("record after Complete with the right token", rec, completed(c, resp, h.at(retention)))
+}
+
+func testCompleteMissing(h *harness) {
+	err := h.complete(scopeA, "never-claimed", "token-1", okResponse("x"), h.at(0), h.at(retention))
+	h.wantLeaseLost(err, "Complete on a key that was never claimed")
+	h.acquire(h.newClaim(scopeA, "never-claimed", "fp-1", "token-1", h.at(time.Second)),
+		"a failed Complete must not create a record")
+}
+
+func testCompleteAfterLeaseEnd(h *harness) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+	}{
+		{"AtLeaseEnd", lease},
+		{"AfterLeaseEnd", lease + time.Hour},
+	} {
+		h.t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, h.s)
+			key := "key-" + tc.name
+			h.acquire(h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0)), "there is no record")
+			now := h.at(tc.after)
+			err := h.complete(scopeA, key, "token-1", okResponse("late"), now, now.Add(retention))
+			h.wantLeaseLost(err, fmt.Sprintf("Complete at %s for a claim whose lease ended at %s", h.when(now), h.when(h.at(lease))))
+			// Had the late Complete been applied, the record would be
+			// completed and block this claim until its expiry.
+			h.acquire(h.newClaim(scopeA, key, "fp-2", "token-2", now),
+				"the lease has ended and the late Complete must have changed nothing")
+		})
+	}
+}
+
+func testCompleteTwice(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	first := okResponse("first")
+	h.mustComplete(scopeA, "key-1", "token-1", first, h.at(time.Second), h.at(retention))
+	err := h.complete(scopeA, "key-1", "token-1", okResponse("second"), h.at(2*time.Second), h.at(2*retention))
+	h.wantLeaseLost(err, "a second Complete with the same token on a completed record")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(3*time.Second)), "the record is completed")
+	h.checkRecord("record after a second Complete", rec, completed(c, first, h.at(retention)))
+}
+
+func testCompleteAfterTakeover(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-old", "token-old", h.at(0)), "there is no record")
+	taker := h.newClaim(scopeA, "key-1", "fp-new", "token-new", h.at(lease+time.Second))
+	h.acquire(taker, "the old claim's lease has ended")
+
+	// The old request's clock may lag; even with a now inside its own old
+	// lease, its token no longer holds the record.
+	err := h.complete(scopeA, "key-1", "token-old", okResponse("old"), h.at(time.Minute), h.at(retention))
+	h.wantLeaseLost(err, "Complete with the token of a claim that was taken over")
+	err = h.complete(scopeA, "key-1", "token-old", okResponse("old"), taker.Now.Add(time.Second), h.at(retention))
+	h.wantLeaseLost(err, "Complete with the token of a claim that was taken over")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", taker.Now.Add(2*time.Second)), "the new claim holds the key")
+	h.checkRecord("new owner's record after the old owner's Complete", rec, inProgress(taker))
+
+	h.wantLeaseLost(h.s.Release(h.t.Context(), scopeA, "key-1", "token-old"),
+		"Release with the token of a claim that was taken over")
+	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", taker.Now.Add(3*time.Second)), "the new claim holds the key")
+	h.checkRecord("new owner's record after the old owner's Release", rec, inProgress(taker))
+
+	resp := okResponse("new")
+	h.mustComplete(scopeA, "key-1", "token-new", resp, taker.Now.Add(4*time.Second), h.at(retention))
+	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-new", "token-x", taker.Now.Add(5*time.Second)), "the record is completed")
+	h.checkRecord("record completed by the new owner", rec, completed(taker, resp, h.at(retention)))
+}
+
+func testCompleteKeepsCopy(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	resp := idem.Response{
+		Status: http.StatusOK,
+		Header: http.Header{"X-Multi": {"a", "b"}},
+		Body:   []byte("original"),
+	}
+	stored := snapshot(resp)
+	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(time.Second), h.at(retention))
+	// The caller reuses the body's memory once Complete returns. (It hands
+	// the header over and never touches it again, so that is not changed.)
+	copy(resp.Body, "CHANGED!")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(2*time.Second)), "the record is completed")
+	h.checkRecord("record after the caller reused the body it passed to Complete", rec, completed(c, stored, h.at(retention)))
+}
+
+// Release
+
+func testReleaseWrongToken(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	for _, token := range []string{"token-2", "", "TOKEN-1"} {
+		h.wantLeaseLost(h.s.Release(h.t.Context(), scopeA, "key-1", token),
+			fmt.Sprintf("Release with token %q while %q holds the claim", token, "token-1"))
+		rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", h.at(time.Second)), "the claim is still held")
+		h.checkRecord(fmt.Sprintf("record after Release with wrong token %q", token), rec, inProgress(c))
+	}
+	if err := h.s.Release(h.t.Context(), scopeA, "key-1", "token-1"); err != nil {
+		h.t.Fatalf("Release with the right token: unexpected error: %v", err)
+	}
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(2*time.Second)), "the claim was released")
+}
+
+func testReleaseCompleted(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	resp := okResponse("kept")
+	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(time.Second), h.at(retention))
+	for _, token := range []string{"token-1", "token-2"} {
+		h.wantLeaseLost(h.s.Release(h.t.Context(), scopeA, "key-1", token),
+			fmt.Sprintf("Release with token %q on a completed record", token))
+		rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-x", h.at(2*time.Second)),
+			"Release must never delete a completed record")
+		h.checkRecord(fmt.Sprintf("record after Release with token %q", token), rec, completed(c, resp, h.at(retention)))
+	}
+}
+
+func testReleaseThenClaim(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	if err := h.s.Release(h.t.Context(), scopeA, "key-1", "token-1"); err != nil {
+		h.t.Fatalf("Release with the right token: unexpected error: %v", err)
+	}
+	err := h.complete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	h.wantLeaseLost(err, "Complete after the claim was released")
+
+	next := h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(2*time.Second))
+	h.acquire(next, "the previous claim was released, inside what was its lease")
+	err = h.complete(scopeA, "key-1", "token-1", okResponse("x"), h.at(3*time.Second), h.at(retention))
+	h.wantLeaseLost(err, "Complete with the released claim's token after another request claimed the key")
+	h.wantLeaseLost(h.s.Release(h.t.Context(), scopeA, "key-1", "token-1"),
+		"Release with the released claim's token after another request claimed the key")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-3", "token-3", h.at(4*time.Second)), "the new claim holds the key")
+	h.checkRecord("new claim's record", rec, inProgress(next))
+}
+
+func testReleaseMissing(h *harness) {
+	// Whether releasing a missing record is an error is not fixed by the
+	// contract; it must be nil or ErrLeaseLost, and create nothing.
+	err := h.s.Release(h.t.Context(), scopeA, "never-claimed", "token-1")
+	if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+		h.t.Fatalf("Release on a key that was never claimed: got error %v, want nil or idem.ErrLeaseLost", err)
+	}
+	h.acquire(h.newClaim(scopeA, "never-claimed", "fp-1", "token-1", h.at(0)), "Release must not create a record")
+}
+
+// Round trip
+
+func testResponseRoundTrip(h *harness) {
+	allBytes := make([]byte, 256)
+	for i := range allBytes {
+		allBytes[i] = byte(i)
+	}
+	big := make([]byte, 1<<20)
+	rand.NewChaCha8([32]byte{'i', 'd', 'e', 'm'}).Read(big)
+
+	tests := []struct {
+		name string
+		resp idem.Response
+	}{
+		{"MultiValueHeaders", idem.Response{
+			Status: http.StatusOK,
+			Header: http.Header{
+				"Content-Type": {"application/json; charset=utf-8"},
+				"Vary":         {"Accept", "Accept-Encoding", "Accept-Language"},
+				"X-Order":      {"3", "1", "2", "1"},
+				"Link":         {`<https://example.com/a>; rel="next"`, `<https://example.com/b>; rel="prev"`},
+				"X-Odd":        {"", "a:b", "{x}", " spaced ", "ünïcödé", `"quoted", comma`},
+			},
+			Body: []byte(`{"id":42}`),
+		}},
+		{"NilHeaderAndBody", idem.Response{Status: http.StatusNoContent}},
+		{"EmptyBody", idem.Response{Status: http.StatusAccepted, Header: http.Header{"X-A": {"1"}}, Body: []byte{}}},
+		{"BinaryBody", idem.Response{
+			Status: http.StatusOK,
+			Header: http.Header{"Content-Type": {"application/octet-stream"}},
+			Body:   append(append([]byte{0x00, 0xff, 0xfe, 0xc3, 0x28, 0x00}, allBytes...), 0x00),
+		}},
+		{"OneMiBBody", idem.Response{
+			Status: http.StatusOK,
+			Header: http.Header{"Content-Type": {"application/octet-stream"}},
+			Body:   big,
+		}},
+		{"BodyOmitted", idem.Response{
+			Status:      http.StatusOK,
+			Header:      http.Header{"Content-Type": {"text/plain"}, "X-Size": {"2097152"}},
+			BodyOmitted: true,
+		}},
+		{"Redirect", idem.Response{Status: http.StatusSeeOther, Header: http.Header{"Location": {"/orders/42"}}}},
+		{"ClientError", idem.Response{
+			Status: http.StatusNotFound,
+			Header: http.Header{"Content-Type": {"application/problem+json"}},
+			Body:   []byte(`{"title":"Not Found"}`),
+		}},
+		{"Status599", idem.Response{Status: 599, Body: []byte("odd")}},
+	}
+	for i, tc := range tests {
+		h.t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, h.s)
+			key := fmt.Sprintf("round-trip-%d", i)
+			c := h.newClaim(scopeA, key, "fp-"+key, "token-"+key, h.at(0))
+			h.acquire(c, "there is no record")
+			// A store must not change what it is given either.
+			want := snapshot(tc.resp)
+			h.mustComplete(scopeA, key, c.Token, tc.resp, h.at(time.Second), h.at(retention))
+			rec := h.blocked(h.newClaim(scopeA, key, c.Fingerprint, "token-retry", h.at(2*time.Second)), "the record is completed")
+			h.checkRecord("replayed record", rec, completed(c, want, h.at(retention)))
+		})
+	}
+}
+
+func testTimePrecision(h *harness) {
+	// Offsets with millisecond parts catch stores that keep whole seconds.
+	c := idem.Claim{
+		Scope:       scopeA,
+		Key:         "key-1",
+		Fingerprint: "fp-1",
+		Token:       "token-1",
+		Now:         h.at(1001 * time.Millisecond),
+		LeaseEnd:    h.at(lease + 7*time.Millisecond),
+	}
+	h.acquire(c, "there is no record")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(2*time.Second)), "the claim holds a live lease")
+	h.checkRecord("in-progress record with millisecond times", rec, inProgress(c))
+
+	resp := okResponse("ms")
+	expires := h.at(retention + 999*time.Millisecond)
+	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(3*time.Second), expires)
+	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(retention+998*time.Millisecond)),
+		"the record expires 1 ms later")
+	h.checkRecord("completed record with millisecond times", rec, completed(c, resp, expires))
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-3", expires), "the record expired at exactly this now")
+}
+
+// Isolation
+
+func testIsolation(h *harness) {
+	// Pairs that collide under a naive join of scope and key (with or without
+	// a ':' separator), that differ only in case or trailing bytes, and that
+	// hold characters with a meaning in Redis keys or SQL.
+	long := strings.Repeat("k", 255)
+	pairs := []struct{ scope, key string }{
+		{scopeA, "key"},
+		{scopeA, "Key"},
+		{scopeA, "key "},
+		{scopeA, "keykey"},
+		{scopeA, long},
+		{scopeA, long[:254]},
+		{idem.Scope("tenant-2", "POST", "/orders/{id}"), "key"},
+		{idem.Scope("tenant-1", "PATCH", "/orders/{id}"), "key"},
+		{idem.Scope("", "POST", "/orders/{id}"), "key"},
+		{"a:b", "c"},
+		{"a", "b:c"},
+		{"a:", "b:c"},
+		{"a", ":b:c"},
+		{"{tag}", "k"},
+		{"{tag", "}k"},
+		{"{tag}k", "x"},
+		{"scope with spaces", "key with spaces"},
+		{"scope with", "spaces key with spaces"},
+		{"scope with spaces key", "with spaces"},
+		{idem.Scope("tenant-ü", "POST", "/crème/{id}"), "key"},
+		{idem.Scope("テナント", "POST", "/注文/{id}"), "key"},
+		{"emoji 🙂 scope", "key"},
+		{"quote ' \" ; -- % _ \\ scope", "key%_*?[]"},
+		{strings.Repeat("long-scope/", 100), "key"},
+	}
+	claims := make([]idem.Claim, len(pairs))
+	for i, p := range pairs {
+		claims[i] = h.newClaim(p.scope, p.key, fmt.Sprintf("fp-%d", i), fmt.Sprintf("token-%d", i), h.at(0))
+		h.acquire(claims[i], "no other claim used this (scope, key); it must not collide with an earlier pair")
+	}
+	// Release every third claim, complete the rest; each pair must see only
+	// its own outcome.
+	for i, c := range claims {
+		if i%3 == 2 {
+			if err := h.s.Release(h.t.Context(), c.Scope, c.Key, c.Token); err != nil {
+				h.t.Fatalf("Release(scope %q, key %q) with its own token: unexpected error: %v", c.Scope, c.Key, err)
+			}
+			continue
+		}
+		h.mustComplete(c.Scope, c.Key, c.Token, okResponse(fmt.Sprintf("response-%d", i)), h.at(time.Second), h.at(retention))
+	}
+	for i, c := range claims {
+		retry := h.newClaim(c.Scope, c.Key, c.Fingerprint, "token-retry", h.at(2*time.Second))
+		if i%3 == 2 {
+			h.acquire(retry, "this pair was released; other pairs' records must not block it")
+			continue
+		}
+		rec := h.blocked(retry, "this pair was completed")
+		h.checkRecord(fmt.Sprintf("record of scope %q key %q", c.Scope, c.Key), rec,
+			completed(c, okResponse(fmt.Sprintf("response-%d", i)), h.at(retention)))
+	}
+}
+
+// Concurrency
+
+func testConcurrentOneKey(h *harness) {
+	const n = 64
+	var (
+		start   = make(chan struct{})
+		wg      sync.WaitGroup
+		results = make([]idem.ClaimResult, n)
+		errs    = make([]error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			c := h.newClaim(scopeA, "contended", fmt.Sprintf("fp-%d", i), fmt.Sprintf("token-%d", i), h.at(time.Duration(i)*time.Millisecond))
+			results[i], errs[i] = h.s.Claim(h.t.Context(), c)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	winner := -1
+	for i := range n {
+		if errs[i] != nil {
+			h.t.Fatalf("goroutine %d: Claim: unexpected error: %v", i, errs[i])
+		}
+		if results[i].Acquired {
+			if winner >= 0 {
+				h.t.Fatalf("goroutines %d and %d both acquired the same key; at most one caller may hold a claim", winner, i)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		h.t.Fatalf("none of %d goroutines racing for an empty key acquired it; exactly one must", n)
+	}
+	wantFP := fmt.Sprintf("fp-%d", winner)
+	for i := range n {
+		if i == winner {
+			continue
+		}
+		ex := results[i].Existing
+		if ex == nil {
+			h.t.Fatalf("goroutine %d: not acquired and Existing is nil", i)
+		}
+		if ex.Fingerprint != wantFP || ex.State != idem.StateInProgress {
+			h.t.Errorf("goroutine %d: Existing is %s, want the winner's in-progress record with fingerprint %q",
+				i, h.formatRecord(ex), wantFP)
+		}
+	}
+	h.mustComplete(scopeA, "contended", fmt.Sprintf("token-%d", winner), okResponse("won"), h.at(time.Second), h.at(retention))
+}
+
+func testConcurrentManyKeys(h *harness) {
+	const (
+		keys    = 200
+		workers = 8
+	)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < keys; i += workers {
+				key := fmt.Sprintf("key-%03d", i)
+				c := h.newClaim(scopeA, key, "fp-"+key, "token-"+key, h.at(0))
+				res, err := h.s.Claim(h.t.Context(), c)
+				if err != nil {
+					h.t.Errorf("Claim(key %q): unexpected error: %v", key, err)
+					return
+				}
+				if !res.Acquired {
+					h.t.Errorf("Claim(key %q): not acquired, want acquired: no other claim used this key; existing %s", key, h.formatRecord(res.Existing))
+					return
+				}
+				if err := h.complete(scopeA, key, c.Token, okResponse(key), h.at(time.Second), h.at(retention)); err != nil {
+					h.t.Errorf("Complete(key %q): unexpected error: %v", key, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if h.t.Failed() {
+		return
+	}
+	for i := range keys {
+		key := fmt.Sprintf("key-%03d", i)
+		c := h.newClaim(scopeA, key, "fp-"+key, "token-"+key, h.at(0))
+		rec := h.blocked(h.newClaim(scopeA, key, "fp-"+key, "token-retry", h.at(2*time.Second)), "the key was completed")
+		h.checkRecord("record of "+key, rec, completed(c, okResponse(key), h.at(retention)))
+	}
+}
+
+func testExistingIsCopy(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	probe := h.newClaim(scopeA, "key-1", "fp-x", "token-x", h.at(time.Second))
+	scribble(h.blocked(probe, "the claim holds a live lease"))
+	h.checkRecord("in-progress record after the caller changed a returned Existing", h.blocked(probe, "the claim holds a live lease"), inProgress(c))
+
+	resp := okResponse("kept")
+	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(2*time.Second), h.at(retention))
+	probe.Now = h.at(3 * time.Second)
+	scribble(h.blocked(probe, "the record is completed"))
+	h.checkRecord("completed record after the caller changed a returned Existing", h.blocked(probe, "the record is completed"), completed(c, resp, h.at(retention)))
+}
+
+// scribble changes every field of r, but not what r.Response points to.
+func scribble(r *idem.Record) {
+	r.Fingerprint = "scribbled"
+	r.State = 0
+	r.Response = &idem.Response{Status: 500}
+	r.CreatedAt = time.Time{}
+	r.LeaseEnd = time.Unix(1, 0)
+	r.ExpiresAt = time.Unix(2, 0)
+}
+
+// Getter
+
+func (h *harness) get(scope, key string, now time.Time) (idem.Record, bool) {
+	h.t.Helper()
+	rec, ok, err := h.s.(idem.Getter).Get(h.t.Context(), scope, key, now)
+	if err != nil {
+		h.t.Fatalf("Get(scope %q, key %q, now %s): unexpected error: %v", scope, key, h.when(now), err)
+	}
+	return rec, ok
+}
+
+func testGetInProgress(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	for _, d := range []time.Duration{0, time.Second, lease - time.Second} {
+		rec, ok := h.get(scopeA, "key-1", h.at(d))
+		if !ok {
+			h.t.Fatalf("Get at %s: not found, want the in-progress record (lease ends at %s)", h.when(h.at(d)), h.when(c.LeaseEnd))
+		}
+		h.checkRecord("Get of an in-progress record", &rec, inProgress(c))
+	}
+	// Get changes nothing: the claim still blocks others.
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(time.Second)), "Get must not change the record")
+	h.checkRecord("record after Get", rec, inProgress(c))
+}
+
+func testGetCompleted(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	resp := okResponse("done")
+	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(time.Second), h.at(retention))
+	for _, d := range []time.Duration{2 * time.Second, lease + time.Minute, retention - time.Second} {
+		rec, ok := h.get(scopeA, "key-1", h.at(d))
+		if !ok {
+			h.t.Fatalf("Get at %s: not found, want the completed record (expires at %s)", h.when(h.at(d)), h.when(h.at(retention)))
+		}
+		h.checkRecord("Get of a completed record", &rec, completed(c, resp, h.at(retention)))
+	}
+}
+
+func testGetMissing(h *harness) {
+	if rec, ok := h.get(scopeA, "never-claimed", h.at(0)); ok {
+		h.t.Fatalf("Get of a key that was never claimed: found %s, want not found", h.formatRecord(&rec))
+	}
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	if rec, ok := h.get(idem.Scope("tenant-2", "POST", "/orders/{id}"), "key-1", h.at(0)); ok {
+		h.t.Fatalf("Get of a claimed key in another scope: found %s, want not found", h.formatRecord(&rec))
+	}
+}
+
+func testGetExpired(h *harness) {
+	h.acquire(h.newClaim(scopeA, "done", "fp-1", "token-1", h.at(0)), "there is no record")
+	h.mustComplete(scopeA, "done", "token-1", okResponse("done"), h.at(time.Second), h.at(retention))
+	h.acquire(h.newClaim(scopeA, "abandoned", "fp-2", "token-2", h.at(0)), "there is no record")
+	for _, tc := range []struct {
+		key string
+		now time.Time
+	}{
+		{"done", h.at(retention)},
+		{"done", h.at(retention + time.Hour)},
+		{"abandoned", h.at(lease)},
+		{"abandoned", h.at(lease + time.Hour)},
+	} {
+		if rec, ok := h.get(scopeA, tc.key, tc.now); ok {
+			h.t.Errorf("Get(key %q) at %s: found %s, want not found: the record has expired (now >= ExpiresAt)",
+				tc.key, h.when(tc.now), h.formatRecord(&rec))
+		}
+	}
+}
+
+// Deleter
+
+func (h *harness) delete(scope, key string) bool {
+	h.t.Helper()
+	found, err := h.s.(idem.Deleter).Delete(h.t.Context(), scope, key)
+	if err != nil {
+		h.t.Fatalf("Delete(scope %q, key %q): unexpected error: %v", scope, key, err)
+	}
+	return found
+}
+
+func testDeleteInProgress(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	if !h.delete(scopeA, "key-1") {
+		h.t.Fatal("Delete of an in-progress record reported false, want true")
+	}
+	err := h.complete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	h.wantLeaseLost(err, "Complete after the record was deleted")
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(2*time.Second)), "the record was deleted")
+	if h.delete(scopeA, "other-key") {
+		h.t.Fatal("Delete of a key that was never claimed reported true, want false")
+	}
+}
+
+func testDeleteCompleted(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	h.mustComplete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	if !h.delete(scopeA, "key-1") {
+		h.t.Fatal("Delete of a completed record reported false, want true")
+	}
+	if h.delete(scopeA, "key-1") {
+		h.t.Fatal("second Delete of the same record reported true, want false")
+	}
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(2*time.Second)), "the completed record was deleted")
+}
+
+func testDeleteMissing(h *harness) {
+	if h.delete(scopeA, "never-claimed") {
+		h.t.Fatal("Delete of a key that was never claimed reported true, want false")
+	}
+	h.acquire(h.newClaim(scopeA, "never-claimed", "fp-1", "token-1", h.at(0)), "Delete must not create a record")
+}
+
+// ExpiredDeleter
+
+func (h *harness) deleteExpired(now time.Time) int {
+	h.t.Helper()
+	n, err := h.s.(idem.ExpiredDeleter).DeleteExpired(h.t.Context(), now)
+	if err != nil {
+		h.t.Fatalf("DeleteExpired(now %s): unexpected error: %v", h.when(now), err)
+	}
+	return n
+}
+
+func testDeleteExpiredEmpty(h *harness) {
+	if n := h.deleteExpired(h.at(retention)); n != 0 {
+		h.t.Fatalf("DeleteExpired on an empty store returned %d, want 0", n)
+	}
+}
+
+func testDeleteExpired(h *harness) {
+	now := h.at(time.Hour)
+	type rec struct {
+		key     string
+		expires time.Time // the lease end, or the completion's expiry
+		done    bool
+	}
+	recs := []rec{
+		{"abandoned", h.at(lease), false},
+		{"completed-expired", h.at(10 * time.Minute), true},
+		{"completed-expiring-now", now, true},
+		{"in-progress-live", h.at(2 * time.Hour), false},
+		{"completed-live", h.at(retention), true},
+	}
+	wantRemoved := 0
+	for _, r := range recs {
+		c := idem.Claim{Scope: scopeA, Key: r.key, Fingerprint: "fp-" + r.key, Token: "token-" + r.key, Now: h.at(0), LeaseEnd: h.at(lease)}
+		if !r.done {
+			c.LeaseEnd = r.expires
+		}
+		h.acquire(c, "there is no record")
+		if r.done {
+			h.mustComplete(scopeA, r.key, c.Token, okResponse(r.key), h.at(time.Second), r.expires)
+		}
+		if !now.Before(r.expires) {
+			wantRemoved++
+		}
+	}
+	if n := h.deleteExpired(now); n != wantRemoved {
+		h.t.Fatalf("DeleteExpired(now %s) returned %d, want %d: the records whose ExpiresAt is at or before now", h.when(now), n, wantRemoved)
+	}
+	if n := h.deleteExpired(now); n != 0 {
+		h.t.Fatalf("second DeleteExpired(now %s) returned %d, want 0", h.when(now), n)
+	}
+	for _, r := range recs {
+		if !now.Before(r.expires) {
+			// Only a removed record lets a claim at base+2s through.
+			h.acquire(h.newClaim(scopeA, r.key, "fp-new", "token-new", h.at(2*time.Second)),
+				fmt.Sprintf("DeleteExpired(now %s) must have removed this record, which expired at %s", h.when(now), h.when(r.expires)))
+			continue
+		}
+		h.blocked(h.newClaim(scopeA, r.key, "fp-new", "token-new", now),
+			fmt.Sprintf("the record expires at %s, after the now given to DeleteExpired", h.when(r.expires)))
+	}
+}
+
+// Extender
+
+func (h *harness) extend(scope, key, token string, now, leaseEnd time.Time) error {
+	return h.s.(idem.Extender).Extend(h.t.Context(), scope, key, token, now, leaseEnd)
+}
+
+func testExtendLive(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	newEnd := h.at(20 * time.Minute)
+	if err := h.extend(scopeA, "key-1", "token-1", h.at(time.Minute), newEnd); err != nil {
+		h.t.Fatalf("Extend of a live claim with its token: unexpected error: %v", err)
+	}
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-2", "token-2", c.LeaseEnd),
+		"the lease was extended past the old lease end")
+	extended := inProgress(c)
+	extended.leaseEnd, extended.expiresAt = newEnd, newEnd
+	h.checkRecord("record after Extend", rec, extended)
+
+	resp := okResponse("late but extended")
+	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(10*time.Minute), h.at(retention))
+	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(11*time.Minute)), "the record is completed")
+	h.checkRecord("record completed inside the extended lease", rec, completed(c, resp, h.at(retention)))
+}
+
+func testExtendWrongToken(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	h.wantLeaseLost(h.extend(scopeA, "key-1", "token-2", h.at(time.Minute), h.at(time.Hour)),
+		"Extend with another claim's token")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(2*time.Minute)), "the claim is still held")
+	h.checkRecord("record after Extend with a wrong token", rec, inProgress(c))
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-2", "token-2", c.LeaseEnd), "the lease must not have been extended")
+}
+
+func testExtendCompleted(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	resp := okResponse("done")
+	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(time.Second), h.at(retention))
+	h.wantLeaseLost(h.extend(scopeA, "key-1", "token-1", h.at(2*time.Second), h.at(time.Hour)),
+		"Extend of a completed record")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(3*time.Second)), "the record is completed")
+	h.checkRecord("completed record after Extend", rec, completed(c, resp, h.at(retention)))
+}
+
+func testExtendAfterLeaseEnd(h *harness) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+	}{
+		{"AtLeaseEnd", lease},
+		{"AfterLeaseEnd", lease + time.Hour},
+	} {
+		h.t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, h.s)
+			key := "key-" + tc.name
+			h.acquire(h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0)), "there is no record")
+			now := h.at(tc.after)
+			h.wantLeaseLost(h.extend(scopeA, key, "token-1", now, now.Add(lease)),
+				fmt.Sprintf("Extend at %s of a lease that ended at %s", h.when(now), h.when(h.at(lease))))
+			h.acquire(h.newClaim(scopeA, key, "fp-2", "token-2", now), "the lease ended and must not have been extended")
+		})
+	}
+}
+
+func testExtendMissing(h *harness) {
+	h.wantLeaseLost(h.extend(scopeA, "never-claimed", "token-1", h.at(0), h.at(lease)),
+		"Extend of a key that was never claimed")
+	h.acquire(h.newClaim(scopeA, "never-claimed", "fp-1", "token-1", h.at(time.Second)), "Extend must not create a record")
+
+	h.acquire(h.newClaim(scopeA, "released", "fp-1", "token-1", h.at(0)), "there is no record")
+	if err := h.s.Release(h.t.Context(), scopeA, "released", "token-1"); err != nil {
+		h.t.Fatalf("Release with the right token: unexpected error: %v", err)
+	}
+	h.wantLeaseLost(h.extend(scopeA, "released", "token-1", h.at(time.Second), h.at(lease)),
+		"Extend of a released claim")
+}
+
+func testExtendAfterTakeover(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-old", "token-old", h.at(0)), "there is no record")
+	taker := h.newClaim(scopeA, "key-1", "fp-new", "token-new", h.at(lease))
+	h.acquire(taker, "the old claim's lease has ended")
+	h.wantLeaseLost(h.extend(scopeA, "key-1", "token-old", h.at(time.Minute), h.at(time.Hour)),
+		"Extend with the token of a claim that was taken over")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", taker.Now.Add(time.Second)), "the new claim holds the key")
+	h.checkRecord("new owner's record after the old owner's Extend", rec, inProgress(taker))
+}
+
+// Notifier
+
+func (h *harness) watch(scope, key string) (<-chan struct{}, func()) {
+	h.t.Helper()
+	ch, stop, err := h.s.(idem.Notifier).Watch(h.t.Context(), scope, key)
+	if err != nil {
+		h.t.Fatalf("Watch(scope %q, key %q): unexpected error: %v", scope, key, err)
+	}
+	if ch == nil || stop == nil {
+		h.t.Fatalf("Watch(scope %q, key %q) returned a nil channel or stop function", scope, key)
+	}
+	h.t.Cleanup(stop)
+	return ch, stop
+}
+
+func (h *harness) waitFired(ch <-chan struct{}, event string) {
+	h.t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(notifyTimeout):
+		h.t.Fatalf("watch did not fire within %s of %s", notifyTimeout, event)
+	}
+}
+
+func testWatchComplete(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	ch, _ := h.watch(scopeA, "key-1")
+	h.mustComplete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	h.waitFired(ch, "Complete")
+}
+
+func testWatchRelease(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	ch, _ := h.watch(scopeA, "key-1")
+	if err := h.s.Release(h.t.Context(), scopeA, "key-1", "token-1"); err != nil {
+		h.t.Fatalf("Release with the right token: unexpected error: %v", err)
+	}
+	h.waitFired(ch, "Release")
+}
+
+func testWatchDelete(h *harness) {
+	if !implements[idem.Deleter](h.s) {
+		h.t.Skipf("%T does not implement idem.Deleter", h.s)
+	}
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	ch, _ := h.watch(scopeA, "key-1")
+	if !h.delete(scopeA, "key-1") {
+		h.t.Fatal("Delete of an in-progress record reported false, want true")
+	}
+	h.waitFired(ch, "Delete")
+}
+
+func testWatchSeveral(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	chans := make([]<-chan struct{}, 3)
+	for i := range chans {
+		chans[i], _ = h.watch(scopeA, "key-1")
+	}
+	h.mustComplete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	for i, ch := range chans {
+		h.waitFired(ch, fmt.Sprintf("Complete (watcher %d of %d)", i+1, len(chans)))
+	}
+}
+
+func testWatchStopTwice(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	_, stop := h.watch(scopeA, "key-1")
+	stop()
+	stop()
+	// A stopped watch must not disturb a later one, nor the store.
+	ch, stop2 := h.watch(scopeA, "key-1")
+	h.mustComplete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	h.waitFired(ch, "Complete after an earlier watch was stopped twice")
+	stop2()
+	stop2()
+}

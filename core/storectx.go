@@ -1,0 +1,129 @@
+package idem
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// storeCtx is the context of one store call: the request's values, a
+// deadline, and, unless detached, the request's cancellation. It starts
+// its timer only when a store asks for Done, so a store that never blocks
+// (memstore) pays one allocation instead of a timer and two contexts.
+type storeCtx struct {
+	parent   context.Context
+	deadline time.Time
+	detached bool // after the handler: the client's hang-up does not cancel
+
+	once  sync.Once
+	mu    sync.Mutex
+	done  chan struct{}
+	err   error
+	timer *time.Timer
+	stop  func() bool
+}
+
+// storeContext returns a context for one store call that ends after
+// timeout. Call cancel when the call returns.
+func storeContext(parent context.Context, timeout time.Duration, detached bool) *storeCtx {
+	return &storeCtx{parent: parent, deadline: time.Now().Add(timeout), detached: detached}
+}
+
+func (c *storeCtx) Deadline() (time.Time, bool) {
+	if !c.detached {
+		if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
+			return d, true
+		}
+	}
+	return c.deadline, true
+}
+
+func (c *storeCtx) Value(key any) any { return c.parent.Value(key) }
+
+func (c *storeCtx) Done() <-chan struct{} {
+	c.once.Do(c.start)
+	return c.done
+}
+
+func (c *storeCtx) start() {
+	c.mu.Lock()
+	c.done = make(chan struct{})
+	c.mu.Unlock()
+	if err := c.checkErr(); err != nil {
+		c.cancel(err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.cancel(context.DeadlineExceeded) })
+	if !c.detached {
+		c.stop = context.AfterFunc(c.parent, func() { c.cancel(c.parent.Err()) })
+	}
+}
+
+func (c *storeCtx) cancel(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	close(c.done)
+}
+
+// checkErr reports the context's error from the clock and the parent,
+// without starting the timer.
+func (c *storeCtx) checkErr() error {
+	if !c.detached {
+		if err := c.parent.Err(); err != nil {
+			return err
+		}
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c *storeCtx) Err() error {
+	c.mu.Lock()
+	started := c.done != nil
+	err := c.err
+	c.mu.Unlock()
+	if started || err != nil {
+		return err
+	}
+	if c.checkErr() == nil {
+		return nil
+	}
+	// Over: make Done consistent with Err.
+	c.once.Do(c.start)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// release stops the timer and the parent's watch, if they were started.
+func (c *storeCtx) release() {
+	// A Done after the call is over gets a closed channel.
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.done = make(chan struct{})
+		c.mu.Unlock()
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = context.Canceled
+		close(c.done)
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	if c.stop != nil {
+		c.stop()
+	}
+}
