@@ -245,7 +245,9 @@ func (x *run) claim() (ClaimResult, error) {
 		Scope: x.scope, Key: x.key, Fingerprint: x.fp, Token: x.token,
 		Now: x.now, LeaseEnd: x.now.Add(lease),
 	})
-	x.ev.Claim += time.Since(t)
+	d := time.Since(t)
+	x.ev.Claim += d
+	e.observeStore(ctx, StoreClaim, d, err)
 	ctx.release()
 	if err == nil && !res.Acquired && res.Existing == nil {
 		err = fmt.Errorf("idem: %T.Claim returned neither a claim nor the existing record", e.store)
@@ -367,14 +369,18 @@ func (x *run) execute() {
 	r := x.r
 	var tx Tx
 	if e.txb != nil {
-		ctx, t, err := e.txb.BeginTx(r.Context(), x.scope, x.key, x.token)
+		bctx := storeContext(r.Context(), e.cfg.storeTimeout, false)
+		start := time.Now()
+		t, err := e.txb.BeginTx(bctx, x.scope, x.key, x.token)
+		e.observeStore(bctx, StoreBeginTx, time.Since(start), err)
+		bctx.release()
 		if err != nil {
 			x.release()
 			x.storeFailure(err)
 			return
 		}
 		tx, c.tx = t, t
-		r = r.WithContext(ctx)
+		r = r.WithContext(t.Context(r.Context()))
 	}
 	stopHeartbeat := x.heartbeat()
 	hstart := time.Now()
@@ -456,12 +462,16 @@ func (x *run) store(c *capture, tx Tx, omitted bool) error {
 	defer cancel()
 	t := time.Now()
 	var err error
+	op := StoreComplete
 	if tx != nil {
+		op = StoreCommit
 		err = tx.Commit(ctx, resp, now, now.Add(x.p.retention))
 	} else {
 		err = e.store.Complete(ctx, x.scope, x.key, x.token, resp, now, now.Add(x.p.retention))
 	}
-	x.ev.Finish += time.Since(t)
+	d := time.Since(t)
+	x.ev.Finish += d
+	e.observeStore(ctx, op, d, err)
 	if err != nil {
 		x.ev.Err = err
 		if tx != nil {
@@ -513,7 +523,9 @@ func (x *run) release() {
 	defer cancel()
 	t := time.Now()
 	err := x.p.e.store.Release(ctx, x.scope, x.key, x.token)
-	x.ev.Finish += time.Since(t)
+	d := time.Since(t)
+	x.ev.Finish += d
+	x.p.e.observeStore(ctx, StoreRelease, d, err)
 	if err != nil && x.ev.Err == nil {
 		x.ev.Err = err
 	}
@@ -522,7 +534,10 @@ func (x *run) release() {
 func (x *run) rollback(tx Tx) {
 	ctx, cancel := x.ctx()
 	defer cancel()
-	if err := tx.Rollback(ctx); err != nil && x.ev.Err == nil {
+	t := time.Now()
+	err := tx.Rollback(ctx)
+	x.p.e.observeStore(ctx, StoreRollback, time.Since(t), err)
+	if err != nil && x.ev.Err == nil {
 		x.ev.Err = err
 	}
 }
@@ -547,7 +562,9 @@ func (x *run) heartbeat() func() {
 			}
 			now := e.cfg.clock()
 			ctx, cancel := x.ctx()
+			t := time.Now()
 			err := e.extender.Extend(ctx, x.scope, x.key, x.token, now, now.Add(min(e.cfg.lease, x.p.retention)))
+			e.observeStore(ctx, StoreExtend, time.Since(t), err)
 			cancel()
 			if errors.Is(err, ErrLeaseLost) {
 				x.lost.Store(true)
@@ -556,6 +573,12 @@ func (x *run) heartbeat() func() {
 		}
 	})
 	return func() { close(stop); wg.Wait() }
+}
+
+func (e *Engine) observeStore(ctx context.Context, op StoreOp, d time.Duration, err error) {
+	if e.cfg.storeObserver != nil {
+		e.cfg.storeObserver(ctx, op, d, err)
+	}
 }
 
 // replay writes a stored response.

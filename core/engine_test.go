@@ -512,9 +512,11 @@ type testTx struct {
 	scope, key, token string
 }
 
-func (s *txStore) BeginTx(ctx context.Context, scope, key, token string) (context.Context, Tx, error) {
-	return ctx, &testTx{s, scope, key, token}, nil
+func (s *txStore) BeginTx(ctx context.Context, scope, key, token string) (Tx, error) {
+	return &testTx{s, scope, key, token}, nil
 }
+
+func (t *testTx) Context(parent context.Context) context.Context { return parent }
 
 func (t *testTx) Commit(ctx context.Context, resp Response, now, exp time.Time) error {
 	if t.s.fail {

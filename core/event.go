@@ -84,6 +84,27 @@ func (ev *Event) KeyHash() string { return hashKey(ev.key) }
 // goroutine: keep it fast.
 type Observer func(ctx context.Context, ev Event)
 
+// StoreOp names a store call for a StoreObserver.
+type StoreOp string
+
+// The store calls the engine and the admin handler make.
+const (
+	StoreClaim    StoreOp = "claim"
+	StoreComplete StoreOp = "complete"
+	StoreRelease  StoreOp = "release"
+	StoreExtend   StoreOp = "extend"
+	StoreGet      StoreOp = "get"
+	StoreDelete   StoreOp = "delete"
+	StoreBeginTx  StoreOp = "begin_tx"
+	StoreCommit   StoreOp = "commit"
+	StoreRollback StoreOp = "rollback"
+)
+
+// StoreObserver is told of every store call the engine and its admin
+// handler make: which, how long it took, and its error. It runs on the
+// caller's goroutine: keep it fast.
+type StoreObserver func(ctx context.Context, op StoreOp, d time.Duration, err error)
+
 // hashKey returns the key's hash as reported in events.
 func hashKey(key string) string {
 	if key == "" {

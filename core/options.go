@@ -50,6 +50,7 @@ type config struct {
 	fingerprint     func(r *http.Request, body []byte) string
 	release         func(status int) bool
 	observer        Observer
+	storeObserver   StoreObserver
 	clock           func() time.Time
 }
 
@@ -294,6 +295,18 @@ func WithObserver(fn Observer) Option {
 			return badOption("nil observer")
 		}
 		c.observer = fn
+		return nil
+	}
+}
+
+// WithStoreObserver sets the function told of every store call, for
+// latency metrics by operation. Default: none.
+func WithStoreObserver(fn StoreObserver) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return badOption("nil store observer")
+		}
+		c.storeObserver = fn
 		return nil
 	}
 }

@@ -190,9 +190,10 @@ type Notifier interface {
 // runs like this:
 //
 //  1. Claim commits on its own, as always, so duplicates see the claim.
-//  2. BeginTx starts a transaction and returns a context that carries it;
-//     the handler runs with that context (the store offers a way to reach
-//     the transaction from it, such as pgxstore.Tx).
+//  2. BeginTx starts a transaction (ctx bounds only the start); the handler
+//     runs with the context Tx.Context derives from the request's, which
+//     carries the transaction (the store offers a way to reach it from
+//     there, such as pgxstore.Tx).
 //  3. When the response is to be stored, Tx.Commit writes the completed
 //     record inside the transaction and commits it before the response is
 //     sent. When Commit fails, nothing of the handler's writes remains; the
@@ -203,13 +204,15 @@ type Notifier interface {
 //
 // Tx.Commit must apply the same token check as Store.Complete and return
 // ErrLeaseLost, committing nothing, when the claim is no longer held.
-// Rollback after Commit is a no-op.
+// Rollback after Commit, or twice, is a no-op.
 type TxBeginner interface {
-	BeginTx(ctx context.Context, scope, key, token string) (context.Context, Tx, error)
+	BeginTx(ctx context.Context, scope, key, token string) (Tx, error)
 }
 
 // Tx is a transaction started by TxBeginner.BeginTx.
 type Tx interface {
+	// Context returns parent carrying the transaction, for the handler.
+	Context(parent context.Context) context.Context
 	Commit(ctx context.Context, resp Response, now, expiresAt time.Time) error
 	Rollback(ctx context.Context) error
 }

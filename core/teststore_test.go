@@ -123,3 +123,13 @@ func (s notifyingStore) Watch(ctx context.Context, scope, key string) (<-chan st
 		}
 	}, nil
 }
+
+func (s *testStore) Delete(ctx context.Context, scope, key string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := [2]string{scope, key}
+	_, ok := s.recs[k]
+	delete(s.recs, k)
+	s.notify(k)
+	return ok, nil
+}

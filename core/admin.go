@@ -1,0 +1,146 @@
+package idem
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// AdminHandler returns an http.Handler that lets an operator look at one
+// record and evict it. Mount it behind your own authentication: evicting a
+// key lets the next duplicate of that request run again.
+//
+// A record is addressed exactly as the middleware derives it, by query
+// parameters: namespace (what the namespace function returns; empty or
+// absent for global), method (such as POST), route (the route template,
+// such as /orders/{id} or /orders/:id) and key (the Idempotency-Key value;
+// the quoted form is accepted).
+//
+//	GET    ?method=POST&route=/orders&key=abc   the record, never its body
+//	DELETE ?method=POST&route=/orders&key=abc   evicts it
+//
+// GET answers 200 with {"found": true, "state", "created_at", "lease_end",
+// "expires_at", "status", "body_size", "body_omitted", "fingerprint"} or
+// 404 with {"found": false}; DELETE answers 200 with {"deleted": bool}.
+// Both answer 501 when the store lacks the Getter or Deleter capability,
+// and 400 for a missing or malformed parameter.
+func (e *Engine) AdminHandler() http.Handler {
+	return http.HandlerFunc(e.serveAdmin)
+}
+
+// AdminRecord is the admin handler's view of a record.
+type AdminRecord struct {
+	Found       bool       `json:"found"`
+	Namespace   string     `json:"namespace"`
+	Method      string     `json:"method"`
+	Route       string     `json:"route"`
+	State       string     `json:"state,omitempty"`
+	Fingerprint string     `json:"fingerprint,omitempty"`
+	CreatedAt   *time.Time `json:"created_at,omitempty"`
+	LeaseEnd    *time.Time `json:"lease_end,omitempty"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	Status      int        `json:"status,omitempty"`
+	BodySize    int        `json:"body_size"`
+	BodyOmitted bool       `json:"body_omitted,omitempty"`
+}
+
+func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodDelete {
+		w.Header().Set("Allow", "GET, HEAD, DELETE")
+		e.writeProblem(w, problemKind{"admin-method", http.StatusMethodNotAllowed, "Method not allowed"}, "Use GET to look at a record and DELETE to evict it.", 0)
+		return
+	}
+	q := r.URL.Query()
+	method := strings.ToUpper(strings.TrimSpace(q.Get("method")))
+	route := q.Get("route")
+	ns := q.Get("namespace")
+	var missing []string
+	if method == "" {
+		missing = append(missing, "method")
+	}
+	if route == "" {
+		missing = append(missing, "route")
+	}
+	if q.Get("key") == "" {
+		missing = append(missing, "key")
+	}
+	if len(missing) > 0 {
+		e.writeProblem(w, problemAdminParams, "Missing query parameters: "+strings.Join(missing, ", ")+".", 0)
+		return
+	}
+	key, err := ParseKey([]string{q.Get("key")})
+	if err != nil {
+		e.writeProblem(w, problemAdminParams, "key: "+strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": "), 0)
+		return
+	}
+	scope := Scope(ns, method, route)
+	ctx := storeContext(r.Context(), e.cfg.storeTimeout, false)
+	defer ctx.release()
+
+	if r.Method == http.MethodDelete {
+		d, ok := e.store.(Deleter)
+		if !ok {
+			e.writeProblem(w, problemAdminUnsupported, "This store cannot delete records (it does not implement idem.Deleter).", 0)
+			return
+		}
+		t := time.Now()
+		deleted, err := d.Delete(ctx, scope, key)
+		e.observeStore(ctx, StoreDelete, time.Since(t), err)
+		if err != nil {
+			e.writeProblem(w, problemStore, "Deleting the record failed: "+err.Error(), 1)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"deleted": deleted})
+		return
+	}
+
+	g, ok := e.store.(Getter)
+	if !ok {
+		e.writeProblem(w, problemAdminUnsupported, "This store cannot look records up (it does not implement idem.Getter).", 0)
+		return
+	}
+	t := time.Now()
+	rec, found, err := g.Get(ctx, scope, key, e.cfg.clock())
+	e.observeStore(ctx, StoreGet, time.Since(t), err)
+	if err != nil {
+		e.writeProblem(w, problemStore, "Looking the record up failed: "+err.Error(), 1)
+		return
+	}
+	out := AdminRecord{Found: found, Namespace: ns, Method: method, Route: route}
+	if !found {
+		writeJSON(w, http.StatusNotFound, out)
+		return
+	}
+	out.State = rec.State.String()
+	out.Fingerprint = rec.Fingerprint
+	out.CreatedAt = timePtr(rec.CreatedAt)
+	out.LeaseEnd = timePtr(rec.LeaseEnd)
+	out.ExpiresAt = timePtr(rec.ExpiresAt)
+	if rec.Response != nil {
+		out.Status = rec.Response.Status
+		out.BodySize = len(rec.Response.Body)
+		out.BodyOmitted = rec.Response.BodyOmitted
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+var (
+	problemAdminParams      = problemKind{"admin-parameters", http.StatusBadRequest, "Invalid record address"}
+	problemAdminUnsupported = problemKind{"admin-unsupported", http.StatusNotImplemented, "Not supported by this store"}
+)
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
