@@ -21,7 +21,8 @@ type capture struct {
 	w        http.ResponseWriter
 	max      int
 	status   int         // final status, 0 until written
-	header   http.Header // snapshot taken when the status was written
+	header   http.Header // the handler's headers, frozen once the status is written
+	late     http.Header // what Header returns after the status was written
 	buf      *bytes.Buffer
 	run      *run
 	tx       Tx   // the exactly-once transaction, if any
@@ -36,7 +37,24 @@ var errAbandoned = errors.New("idem: response abandoned: the transaction failed 
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-func (c *capture) Header() http.Header { return c.w.Header() }
+// Header returns the handler's own header map, started from a copy of the
+// underlying writer's, so a handler that panics leaves the real headers as
+// they were. Changes after WriteHeader have no effect, as with net/http.
+func (c *capture) Header() http.Header {
+	if c.status != 0 {
+		if c.late == nil {
+			c.late = c.header.Clone()
+		}
+		return c.late
+	}
+	if c.header == nil {
+		c.header = c.w.Header().Clone()
+		if c.header == nil {
+			c.header = make(http.Header)
+		}
+	}
+	return c.header
+}
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (c *capture) Unwrap() http.ResponseWriter { return c.w }
@@ -51,7 +69,12 @@ func (c *capture) WriteHeader(status int) {
 		return
 	}
 	c.status = status
-	c.header = c.w.Header().Clone()
+	if c.header == nil {
+		c.header = c.w.Header().Clone()
+		if c.header == nil {
+			c.header = make(http.Header)
+		}
+	}
 }
 
 func (c *capture) Write(p []byte) (int, error) {

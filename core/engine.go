@@ -136,7 +136,11 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	e := p.e
 	x := &run{p: p, w: w, r: r, next: next, start: time.Now()}
 	x.ev.Method, x.ev.Route = r.Method, route
-	if p.skip || !e.Protects(r.Method) {
+	if !e.Protects(r.Method) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	if p.skip {
 		x.skip()
 		return
 	}

@@ -107,7 +107,8 @@ func TestObserverGetsOneEventPerRequest(t *testing.T) {
 	post(h, "/", "a", "other")                                                // mismatch
 	post(h, "/", "", "")                                                      // missing
 	post(h, "/", `"x`, "")                                                    // invalid
-	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // skipped
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // no event
+	post(e.Middleware(Optional())(h), "/", "", "")                            // skipped
 	code = 500
 	post(h, "/", "b", "") // released
 	want := []Outcome{OutcomeExecuted, OutcomeReplayed, OutcomeFingerprintMismatch, OutcomeMissingKey, OutcomeInvalidKey, OutcomeSkipped, OutcomeReleased}
@@ -253,7 +254,22 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 	if s.count("release") != 2 || s.count("complete") != 0 {
 		t.Errorf("calls %v", s.calls)
 	}
-	if got := ev.outcomes(); len(got) != 2 || got[1] != OutcomeReleased {
+	// Headers the panicking handler set never reach the recovery's answer.
+	outer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", "outer")
+		defer func() {
+			recover()
+			if w.Header().Get("Set-Cookie") != "" || w.Header().Get("X-Request-Id") != "outer" {
+				t.Errorf("headers after a panic: %v", w.Header())
+			}
+		}()
+		e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Set-Cookie", "session=leaked")
+			panic("boom")
+		})).ServeHTTP(w, r)
+	})
+	post(outer, "/", "p2", "")
+	if got := ev.outcomes(); len(got) != 3 || got[1] != OutcomeReleased {
 		t.Errorf("outcomes %v", got)
 	}
 }

@@ -42,13 +42,14 @@ const (
 	// answers 503; fail open runs the handler unprotected
 	// (Event.FailedOpen).
 	OutcomeStoreFailure Outcome = "store_failure"
-	// OutcomeSkipped: the request is not protected (a method the engine
-	// does not handle, or an optional key that is absent); the handler ran.
+	// OutcomeSkipped: a request with a protected method ran unprotected:
+	// its key is optional and absent, or its route is marked Skip.
+	// Requests with other methods (GET, HEAD, ...) produce no event.
 	OutcomeSkipped Outcome = "skipped"
 )
 
 // Event describes one request the engine saw. The observer gets exactly one
-// per request, after the response is written (or, for a panic, before the
+// per request with a protected method (POST and PATCH by default), after the response is written (or, for a panic, before the
 // panic continues).
 type Event struct {
 	Outcome Outcome

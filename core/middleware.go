@@ -24,9 +24,12 @@ func (e *Engine) Middleware(opts ...RouteOption) func(http.Handler) http.Handler
 	return func(next http.Handler) http.Handler {
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !e.Protects(r.Method) {
+				next.ServeHTTP(w, r)
+				return
+			}
 			var route string
 			switch {
-			case !e.Protects(r.Method):
 			case p.routeFunc != nil:
 				route = p.routeFunc(r)
 			case r.Pattern != "":

@@ -1,0 +1,149 @@
+package idemecho
+
+import (
+	"maps"
+	"net/http"
+	"reflect"
+	"sync"
+	"sync/atomic"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/labstack/echo/v4"
+)
+
+// Middleware returns Echo middleware that protects the routes it wraps with
+// the engine's policy and opts. Build it once where it is mounted: with
+// Echo.Use for every route (naming routes in opts with [idem.ForRoute] and
+// Echo's syntax, "/orders/:id"), or as group or route middleware with the
+// options of those routes. Never mount it with Echo.Pre: no route is known
+// there yet, and every request would pass through unprotected.
+//
+// Keys are scoped by c.Path(), the route template Echo matched. Requests
+// with a method the engine does not protect, and requests that matched no
+// route of their method (Echo's 404 and 405, a group's catch-all included),
+// go to the next handler untouched. A protected handler's error is answered
+// inside the middleware with c.Error, so Echo's error page is what is
+// stored and replayed, and the middleware returns nil. Mount panic
+// recovery (middleware.Recover) before it.
+func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
+	p := e.Policy(opts...)
+	known := new(routeSet)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if !e.Protects(r.Method) {
+				return next(c)
+			}
+			route := c.Path()
+			if route == "" || routerAnswer(c.Handler()) || !known.matched(c.Echo(), r, route) {
+				return next(c) // 404 or 405: not ours to answer
+			}
+			resp := c.Response()
+			defer func() {
+				c.SetRequest(r)
+				c.SetResponse(resp)
+			}()
+			// Serve writes its own answers (replays, problems) and the
+			// captured response through resp, so Echo's Committed, Status
+			// and Size describe what the client got.
+			b := &bridge{c: c, next: next, resp: resp}
+			p.Serve(resp, r, route, b)
+			return b.err
+		}
+	}
+}
+
+// bridge is the handler Serve runs: the rest of the Echo chain, writing to
+// the writer and reading the request that Serve gives it.
+type bridge struct {
+	c    echo.Context
+	next echo.HandlerFunc
+	resp *echo.Response // the context's own response
+	err  error          // the chain's error when it ran unwrapped
+	own  echo.Response  // the handler's response, over Serve's writer
+}
+
+func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := b.c
+	c.SetRequest(r) // its body is the one Serve read and replaced
+	if rw, ok := w.(*echo.Response); ok && rw == b.resp {
+		// Not protected (an optional key that is absent): the chain runs
+		// as if the middleware were not there, errors included.
+		b.err = b.next(c)
+		return
+	}
+	// The handler gets a Response of its own over w, so its Committed
+	// flag follows what it wrote into the capture while the context's
+	// response stays unwritten until Serve sends.
+	b.own = *echo.NewResponse(w, c.Echo())
+	c.SetResponse(&b.own)
+	if err := b.next(c); err != nil {
+		c.Error(err) // the error page is what gets captured
+	}
+}
+
+// routerAnswer reports whether h is the handler Echo's router sets when no
+// route matched the path (404) or none matched the method (405).
+func routerAnswer(h echo.HandlerFunc) bool {
+	p := reflect.ValueOf(h).Pointer()
+	return p == reflect.ValueOf(echo.NotFoundHandler).Pointer() ||
+		p == reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer()
+}
+
+// routeSet tells the routes Echo matched from its not-found routes.
+// c.Path() alone cannot: a not-found route (Echo.RouteNotFound, or the
+// catch-all that a group with middleware adds) runs the middleware with
+// its own template, such as "/api/*", and so does a request whose method
+// has no route where the path has such a catch-all. A template is a
+// matched route when Echo's route table has it for the request's method,
+// and when the table names it for no method at all (a route added with
+// Router.Add): then the request is protected rather than let through.
+// Echo never removes a route, so a matched triple is remembered and read
+// without locks; any other is looked up each time, so a route added later
+// is protected from its first request on.
+type routeSet struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[routeKey]struct{}]
+}
+
+type routeKey struct {
+	router       *echo.Router
+	method, path string
+}
+
+func (s *routeSet) matched(e *echo.Echo, r *http.Request, path string) bool {
+	router := e.Router()
+	if rs := e.Routers(); len(rs) > 0 { // Echo.Host routers, found as Echo does
+		if hr, ok := rs[r.Host]; ok {
+			router = hr
+		}
+	}
+	k := routeKey{router, r.Method, path}
+	if m := s.m.Load(); m != nil {
+		if _, ok := (*m)[k]; ok {
+			return true
+		}
+	}
+	notFound := false
+	for _, rt := range router.Routes() {
+		if rt.Path == path {
+			if rt.Method == r.Method {
+				notFound = false
+				break
+			}
+			notFound = notFound || rt.Method == echo.RouteNotFound
+		}
+	}
+	if notFound {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := make(map[routeKey]struct{})
+	if old := s.m.Load(); old != nil {
+		maps.Copy(n, *old)
+	}
+	n[k] = struct{}{}
+	s.m.Store(&n)
+	return true
+}
