@@ -99,16 +99,17 @@ func TestObserverGetsOneEventPerRequest(t *testing.T) {
 	s := newTestStore()
 	e, ev := newEngine(t, s)
 	code := 201
-	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(code)
-	}))
+	})
+	h := e.Middleware()(inner)
 	post(h, "/", "a", "")                                                     // executed
 	post(h, "/", "a", "")                                                     // replayed
 	post(h, "/", "a", "other")                                                // mismatch
 	post(h, "/", "", "")                                                      // missing
 	post(h, "/", `"x`, "")                                                    // invalid
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // no event
-	post(e.Middleware(Optional())(h), "/", "", "")                            // skipped
+	post(e.Middleware(Optional())(inner), "/", "", "")                        // skipped
 	code = 500
 	post(h, "/", "b", "") // released
 	want := []Outcome{OutcomeExecuted, OutcomeReplayed, OutcomeFingerprintMismatch, OutcomeMissingKey, OutcomeInvalidKey, OutcomeSkipped, OutcomeReleased}
