@@ -15,12 +15,14 @@ type storeCtx struct {
 	deadline time.Time
 	detached bool // after the handler: the client's hang-up does not cancel
 
-	once  sync.Once
-	mu    sync.Mutex
-	done  chan struct{}
-	err   error
-	timer *time.Timer
-	stop  func() bool
+	once   sync.Once
+	mu     sync.Mutex
+	done   chan struct{}
+	err    error
+	timer  *time.Timer
+	stop   func() bool
+	afters map[int]func() // AfterFunc callbacks waiting for the end
+	nextID int
 }
 
 // storeContext returns a context for one store call that ends after
@@ -72,6 +74,37 @@ func (c *storeCtx) cancel(err error) {
 	}
 	c.err = err
 	close(c.done)
+	for _, f := range c.afters {
+		go f()
+	}
+	c.afters = nil
+}
+
+// AfterFunc arranges for f to run in its own goroutine once the context
+// ends, as context.AfterFunc does; context.AfterFunc finds this method,
+// so a store that watches its context (pgx does, on every query) costs no
+// goroutine per call.
+func (c *storeCtx) AfterFunc(f func()) func() bool {
+	c.once.Do(c.start)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	if c.afters == nil {
+		c.afters = make(map[int]func(), 1)
+	}
+	id := c.nextID
+	c.nextID++
+	c.afters[id] = f
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.afters[id]
+		delete(c.afters, id)
+		return ok
+	}
 }
 
 // checkErr reports the context's error from the clock and the parent,
@@ -119,6 +152,10 @@ func (c *storeCtx) release() {
 	if c.err == nil {
 		c.err = context.Canceled
 		close(c.done)
+		for _, f := range c.afters {
+			go f()
+		}
+		c.afters = nil
 	}
 	if c.timer != nil {
 		c.timer.Stop()

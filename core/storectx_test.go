@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -56,6 +57,22 @@ func TestStoreContext(t *testing.T) {
 		}
 		att.release()
 		det.release()
+
+		// context.AfterFunc uses the context's own AfterFunc: no goroutine
+		// waits on Done, and the callback runs when the context ends.
+		af := storeContext(context.Background(), time.Second, true)
+		var ran, stopped atomic.Bool
+		context.AfterFunc(af, func() { ran.Store(true) })
+		stopMe := context.AfterFunc(af, func() { stopped.Store(true) })
+		if !stopMe() {
+			t.Error("stop before the end reports false")
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if !ran.Load() || stopped.Load() {
+			t.Errorf("AfterFunc: ran %v, stopped one ran %v", ran.Load(), stopped.Load())
+		}
+		af.release()
 
 		// After release, Done is closed and no timer is left behind.
 		r := storeContext(context.Background(), time.Hour, false)

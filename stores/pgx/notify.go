@@ -1,0 +1,268 @@
+package pgxstore
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Listener timing. Variables so tests can shorten them.
+var (
+	// listenerPing is how long the listener waits for a notification before
+	// it pings the server, so a dead connection is noticed even when the
+	// operating system has not noticed yet.
+	listenerPing = 30 * time.Second
+	// listenerPingTimeout bounds that ping and the LISTEN statement.
+	listenerPingTimeout = 5 * time.Second
+	// listenerBackoff and listenerMaxBackoff bound the reconnect delay,
+	// which doubles after each failure and is jittered.
+	listenerBackoff    = 100 * time.Millisecond
+	listenerMaxBackoff = 10 * time.Second
+	// watchReadyWait bounds how long Watch waits for the listener to come
+	// up before it returns anyway (the engine polls meanwhile).
+	watchReadyWait = 2 * time.Second
+)
+
+// Watch implements idem.Notifier.
+//
+// The first Watch starts the store's listener: one connection, taken from
+// a *pgxpool.Pool with Acquire and Hijack (so it no longer counts against
+// the pool's MaxConns) or dialled with a *pgx.Conn's config, that runs
+// LISTEN on the store's channel and fans notifications out to every
+// watcher in the process. Complete, Release and Delete notify in the same
+// statement that changes the row, and PostgreSQL delivers the notification
+// when that statement commits.
+//
+// When the listener's connection breaks, every watcher is woken (so the
+// engine polls) and the listener reconnects with jittered exponential
+// backoff; watchers registered while it was down are woken again when it is
+// back, since notifications may have been missed. Watch waits up to two
+// seconds (or until ctx is done) for the listener to be up before it
+// returns; either way the returned channel is valid.
+//
+// With WithNotify(false), or on a DB that is a pgx.Tx, Watch returns a
+// channel that never fires. After Close it returns ErrClosed.
+func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
+	l, err := s.startListener()
+	if err != nil {
+		return nil, nil, err
+	}
+	if l == nil {
+		return make(chan struct{}), func() {}, nil
+	}
+	if ready := l.readyChan(); ready != nil {
+		t := time.NewTimer(watchReadyWait)
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		case <-s.ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	w := &watcher{ch: make(chan struct{})}
+	p := payload(scope, key)
+	l.add(p, w)
+	return w.ch, func() { l.remove(p, w) }, nil
+}
+
+type watcher struct {
+	ch    chan struct{}
+	fired bool // guarded by listener.mu
+}
+
+type listener struct {
+	s *Store
+
+	mu       sync.Mutex
+	up       bool
+	ready    chan struct{} // closed when the listener is up; replaced when it goes down
+	watchers map[string]map[*watcher]struct{}
+}
+
+// startListener returns the store's listener, starting it on first use;
+// nil when the store cannot listen; ErrClosed after Close.
+func (s *Store) startListener() (*listener, error) {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	if s.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	if s.listener != nil {
+		return s.listener, nil
+	}
+	if !s.cfg.notify {
+		return nil, nil
+	}
+	connect := s.listenConnector()
+	if connect == nil {
+		return nil, nil
+	}
+	l := &listener{s: s, ready: make(chan struct{}), watchers: make(map[string]map[*watcher]struct{})}
+	s.listener = l
+	s.wg.Go(func() { l.run(s.ctx, connect) })
+	return l, nil
+}
+
+// listenConnector returns how to open the listener's own connection, or
+// nil when db offers no way to.
+func (s *Store) listenConnector() func(context.Context) (*pgx.Conn, error) {
+	if p, ok := s.pool(); ok {
+		return func(ctx context.Context) (*pgx.Conn, error) {
+			c, err := p.Acquire(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return c.Hijack(), nil
+		}
+	}
+	if c, ok := s.db.(*pgx.Conn); ok {
+		cfg := c.Config()
+		return func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) }
+	}
+	return nil
+}
+
+func (l *listener) readyChan() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.up {
+		return nil
+	}
+	return l.ready
+}
+
+func (l *listener) add(p string, w *watcher) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	set := l.watchers[p]
+	if set == nil {
+		set = make(map[*watcher]struct{})
+		l.watchers[p] = set
+	}
+	set[w] = struct{}{}
+}
+
+func (l *listener) remove(p string, w *watcher) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if set := l.watchers[p]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(l.watchers, p)
+		}
+	}
+}
+
+// wake fires the watchers of one payload.
+func (l *listener) wake(p string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for w := range l.watchers[p] {
+		w.fire()
+	}
+	delete(l.watchers, p)
+}
+
+// setUp records a state change and wakes every watcher: going down, so
+// they poll; coming up, because they may have missed a notification.
+func (l *listener) setUp(up bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.up == up {
+		return
+	}
+	l.up = up
+	if up {
+		close(l.ready)
+	} else {
+		l.ready = make(chan struct{})
+	}
+	for p, set := range l.watchers {
+		for w := range set {
+			w.fire()
+		}
+		delete(l.watchers, p)
+	}
+}
+
+func (w *watcher) fire() {
+	if !w.fired {
+		w.fired = true
+		close(w.ch)
+	}
+}
+
+func (l *listener) run(ctx context.Context, connect func(context.Context) (*pgx.Conn, error)) {
+	backoff := listenerBackoff
+	for {
+		err := l.session(ctx, connect, &backoff)
+		l.setUp(false)
+		if ctx.Err() != nil {
+			return
+		}
+		l.s.cfg.logger.Warn("pgxstore: listener disconnected; waiters poll until it is back",
+			"table", l.s.table, "retry_in", backoff, "err", err)
+		d := backoff/2 + rand.N(backoff/2+1)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, listenerMaxBackoff)
+	}
+}
+
+// session connects, listens and dispatches notifications until the
+// connection fails or ctx is done.
+func (l *listener) session(ctx context.Context, connect func(context.Context) (*pgx.Conn, error), backoff *time.Duration) error {
+	cctx, cancel := context.WithTimeout(ctx, listenerPingTimeout)
+	conn, err := connect(cctx)
+	if err == nil {
+		_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{l.s.channel}.Sanitize())
+	}
+	cancel()
+	if err != nil {
+		if conn != nil {
+			closeConn(conn)
+		}
+		return err
+	}
+	defer closeConn(conn)
+	*backoff = listenerBackoff
+	l.setUp(true)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenerPing)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			if n.Channel == l.s.channel {
+				l.wake(n.Payload)
+			}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
+			pctx, cancel := context.WithTimeout(ctx, listenerPingTimeout)
+			err = conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+}
+
+func closeConn(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.Close(ctx) //nolint:errcheck // the connection is being dropped
+}

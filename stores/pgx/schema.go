@@ -1,0 +1,115 @@
+package pgxstore
+
+import (
+	"context"
+	_ "embed" // for schemaTemplate
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultTable is the table a Store uses unless WithTable names another.
+const DefaultTable = "idempotency_keys"
+
+//go:embed schema.sql
+var schemaTemplate string
+
+var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// validTable checks a table name. Only names matching
+// ^[A-Za-z_][A-Za-z0-9_]{0,62}$ are accepted; they are then quoted with
+// pgx.Identifier wherever they appear in SQL, so a name is never pasted raw.
+func validTable(table string) error {
+	if !tableRE.MatchString(table) {
+		return fmt.Errorf("%w: %q does not match %s", ErrInvalidTable, table, tableRE)
+	}
+	return nil
+}
+
+// hashName returns 8 hex digits identifying name, used to keep derived
+// identifiers unique when the table name is too long to be a prefix.
+func hashName(name string) string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("%08x", h.Sum32())
+}
+
+// derivedName returns table+suffix when it fits in PostgreSQL's 63-byte
+// identifier limit, and otherwise a truncated table name, a hash of the full
+// name and the suffix, so two long table names never share an index or a
+// notification channel.
+func derivedName(table, suffix string) string {
+	if len(table)+len(suffix) <= 63 {
+		return table + suffix
+	}
+	h := "_" + hashName(table)
+	return table[:63-len(suffix)-len(h)] + h + suffix
+}
+
+func indexName(table string) string   { return derivedName(table, "_expires_at_idx") }
+func channelName(table string) string { return derivedName(table, "_idem") }
+
+// Schema returns the SQL that creates the store's table and its expiry
+// index for the given table name (DefaultTable when empty), with every
+// identifier quoted. It is what CreateSchema runs, for projects that manage
+// their schema with Flyway, Atlas, goose or similar: every statement is
+// idempotent. The template is schema.sql in this module, where {{table}} and
+// {{index}} stand for the quoted table and index names.
+//
+// Schema returns an error wrapping ErrInvalidTable when table does not match
+// ^[A-Za-z_][A-Za-z0-9_]{0,62}$. Names are case-sensitive once quoted:
+// Schema("Keys") creates "Keys", not keys.
+func Schema(table string) (string, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := validTable(table); err != nil {
+		return "", err
+	}
+	r := strings.NewReplacer(
+		"{{table}}", pgx.Identifier{table}.Sanitize(),
+		"{{index}}", pgx.Identifier{indexName(table)}.Sanitize(),
+	)
+	return r.Replace(schemaTemplate), nil
+}
+
+// CreateSchema creates the store's table and index if they do not exist.
+// It runs Schema in one transaction under a transaction-scoped advisory
+// lock derived from the table name, so running it twice, or from several
+// processes at once, is safe: concurrent CREATE TABLE IF NOT EXISTS can
+// otherwise fail with a unique violation on pg_type. Applications that
+// manage migrations themselves use Schema instead and never call it.
+func (s *Store) CreateSchema(ctx context.Context) error {
+	sql, err := Schema(s.table)
+	if err != nil {
+		return err
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgxstore: create schema: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", schemaLockKey(s.table)); err != nil {
+		return fmt.Errorf("pgxstore: create schema: lock: %w", err)
+	}
+	// Without arguments pgx sends the script with the simple protocol, which
+	// runs several statements in one round trip.
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("pgxstore: create schema: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgxstore: create schema: commit: %w", err)
+	}
+	return nil
+}
+
+// schemaLockKey is the advisory lock key CreateSchema takes for a table.
+func schemaLockKey(table string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("github.com/idemkit/idem/stores/pgx schema "))
+	h.Write([]byte(table))
+	return int64(h.Sum64())
+}

@@ -1,0 +1,514 @@
+package pgxstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Errors the store returns besides those of idem. Callers test with
+// errors.Is.
+var (
+	// ErrInvalidTable means a table name does not match
+	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$.
+	ErrInvalidTable = errors.New("pgxstore: invalid table name")
+	// ErrClosed means Watch or Sweep was called after Close.
+	ErrClosed = errors.New("pgxstore: store closed")
+	// ErrTxManaged is returned when a handler calls Commit on the
+	// transaction it got from Tx: the engine commits it with the record.
+	ErrTxManaged = errors.New("pgxstore: the transaction is committed by the idempotency engine, not the handler")
+)
+
+// maxClaimAttempts bounds how often Claim re-runs its statement after
+// losing a race (see claimSQL). A re-run needs a concurrent writer to
+// change the row between one statement's snapshot and its write, so a
+// second attempt practically always settles it.
+const maxClaimAttempts = 5
+
+// claimRetries counts Claim statements re-run after a lost race, for tests.
+var claimRetries atomic.Int64
+
+// sweepBatch is how many rows one DeleteExpired statement removes at most,
+// so a large backlog never becomes one long transaction.
+const sweepBatch = 1000
+
+// DB is what a Store runs its statements on. *pgxpool.Pool, *pgx.Conn and
+// pgx.Tx all satisfy it.
+//
+// Use a *pgxpool.Pool in production: it is safe for concurrent use, each
+// statement commits on its own, and the store's listener for Watch takes a
+// dedicated connection from it. A *pgx.Conn is not safe for concurrent use,
+// so a Store on one may only be used by one goroutine at a time (its
+// listener dials a second connection with the same config). A pgx.Tx runs
+// every statement inside that transaction and nothing commits until its
+// owner commits: useful in tests, never for serving traffic; Watch on such
+// a store never fires (the engine polls).
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Option configures a Store.
+type Option func(*config)
+
+type config struct {
+	table         string
+	sweepInterval time.Duration
+	notify        bool
+	logger        *slog.Logger
+}
+
+// WithTable sets the table the store uses. The default is DefaultTable
+// ("idempotency_keys"). The name must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$,
+// otherwise New returns an error wrapping ErrInvalidTable; it is always
+// quoted, so it is case-sensitive. Put the table in another schema with the
+// connection's search_path.
+func WithTable(name string) Option {
+	return func(c *config) { c.table = name }
+}
+
+// WithSweepInterval starts a background sweeper that calls DeleteExpired
+// with the wall clock every d until Close. The default, 0, runs no sweeper:
+// call DeleteExpired or Sweep yourself, from a cron job or one instance,
+// or let expired rows be taken over by new claims. Expired records are
+// never replayed either way; sweeping only reclaims space.
+func WithSweepInterval(d time.Duration) Option {
+	return func(c *config) { c.sweepInterval = d }
+}
+
+// WithNotify turns notifications for the engine's wait mode on or off. It
+// is on by default: Complete, Release and Delete call pg_notify in the same
+// statement, and Watch listens on one dedicated connection per Store.
+//
+// Turn it off when no engine uses wait mode and completions are frequent:
+// PostgreSQL serializes the commits of notifying transactions on a
+// database-wide lock, which caps the rate of completions on a busy server.
+// With notifications off, Watch returns a channel that never fires and the
+// engine falls back to polling.
+func WithNotify(enabled bool) Option {
+	return func(c *config) { c.notify = enabled }
+}
+
+// WithLogger sets where the background sweeper and the listener report
+// errors they cannot return. The default is slog.Default(); nil discards
+// them.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// Store is an idem.Store on PostgreSQL. It implements idem.Getter,
+// idem.Deleter, idem.ExpiredDeleter, idem.Extender and idem.Notifier;
+// ExactlyOnce returns a view of it that also implements idem.TxBeginner.
+//
+// Claim, Complete, Release, Get, Delete and Extend each run one statement,
+// which commits on its own (Claim runs its statement a second time only
+// after losing a race with a concurrent writer; DeleteExpired runs one per
+// batch of 1000 rows). No transaction or row lock is held while a
+// handler runs. A replay, a 409 and a 422 read the row without locking or
+// writing it.
+type Store struct {
+	db      DB
+	table   string
+	channel string
+	q       queries
+	cfg     config
+
+	ctx    context.Context // cancelled by Close; parent of background work
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	lmu      sync.Mutex // guards listener and orders starting it with Close
+	listener *listener  // started by the first Watch
+}
+
+var (
+	_ idem.Store          = (*Store)(nil)
+	_ idem.Getter         = (*Store)(nil)
+	_ idem.Deleter        = (*Store)(nil)
+	_ idem.ExpiredDeleter = (*Store)(nil)
+	_ idem.Extender       = (*Store)(nil)
+	_ idem.Notifier       = (*Store)(nil)
+)
+
+// New returns a Store that keeps its records in db. It does not touch the
+// database: create the table with CreateSchema or with the SQL from Schema.
+// New fails only on an invalid option. Call Close to stop the sweeper and
+// the listener; Close does not close db.
+func New(db DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("pgxstore: nil DB")
+	}
+	cfg := config{table: DefaultTable, notify: true, logger: slog.Default()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := validTable(cfg.table); err != nil {
+		return nil, err
+	}
+	if cfg.sweepInterval < 0 {
+		return nil, fmt.Errorf("pgxstore: negative sweep interval %v", cfg.sweepInterval)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{
+		db:      db,
+		table:   cfg.table,
+		channel: channelName(cfg.table),
+		q:       newQueries(cfg.table),
+		cfg:     cfg,
+		ctx:     ctx,
+		cancel:  cancel,
+	}
+	if cfg.sweepInterval > 0 {
+		s.wg.Go(func() {
+			if err := s.Sweep(ctx, cfg.sweepInterval); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+				cfg.logger.Error("pgxstore: sweeper stopped", "table", s.table, "err", err)
+			}
+		})
+	}
+	return s, nil
+}
+
+// Table returns the name of the store's table.
+func (s *Store) Table() string { return s.table }
+
+// Close stops the background sweeper and the listener and waits for them.
+// It does not close the DB. The store's other methods keep working; Watch
+// and Sweep return ErrClosed. Close is safe to call more than once.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		// Under lmu, so no listener starts (wg.Add) once Wait may run.
+		s.lmu.Lock()
+		s.cancel()
+		s.lmu.Unlock()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+// Claim implements idem.Store in one statement (see the package doc for
+// the SQL and why it is race-safe and writes nothing unless it takes the
+// key).
+func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+	now := floorMicro(c.Now)
+	leaseEnd := ceilMicro(c.LeaseEnd)
+	scope := []byte(c.Scope)
+	fp := []byte(c.Fingerprint)
+	token := []byte(c.Token)
+	for range maxClaimAttempts {
+		var (
+			acquired, found bool
+			r               rawRecord
+		)
+		err := s.db.QueryRow(ctx, s.q.claim, scope, c.Key, fp, token, now, leaseEnd).Scan(
+			&acquired, &found, &r.fingerprint, &r.state, &r.status, &r.headers, &r.body,
+			&r.bodyOmitted, &r.createdAt, &r.leaseEnd, &r.expiresAt)
+		if serializationFailure(err) {
+			claimRetries.Add(1)
+			continue
+		}
+		if err != nil {
+			return idem.ClaimResult{}, fmt.Errorf("pgxstore: claim: %w", err)
+		}
+		if acquired {
+			return idem.ClaimResult{Acquired: true}, nil
+		}
+		if found && !r.takeable(now) {
+			rec, err := r.record()
+			if err != nil {
+				return idem.ClaimResult{}, err
+			}
+			return idem.ClaimResult{Existing: &rec}, nil
+		}
+		// Lost a race: a concurrent writer inserted the row after this
+		// statement's snapshot, or took over or deleted the expired row the
+		// snapshot showed. A fresh statement sees the outcome.
+		claimRetries.Add(1)
+	}
+	return idem.ClaimResult{}, fmt.Errorf("pgxstore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
+}
+
+// Complete implements idem.Store in one statement.
+func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
+	n, err := retry(func() (int64, error) { return s.complete(ctx, s.db, scope, key, token, resp, now, expiresAt) })
+	if err != nil {
+		return fmt.Errorf("pgxstore: complete: %w", err)
+	}
+	if n == 0 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+func (s *Store) complete(ctx context.Context, db DB, scope, key, token string, resp idem.Response, now, expiresAt time.Time) (int64, error) {
+	args := []any{[]byte(scope), key, []byte(token), resp.Status, encodeHeader(resp.Header), resp.Body,
+		resp.BodyOmitted, floorMicro(now), ceilMicro(expiresAt)}
+	if s.cfg.notify {
+		return queryCount(ctx, db, s.q.completeNotify, append(args, s.channel, payload(scope, key))...)
+	}
+	return execCount(ctx, db, s.q.complete, args...)
+}
+
+// Release implements idem.Store in one statement.
+func (s *Store) Release(ctx context.Context, scope, key, token string) error {
+	var (
+		n   int64
+		err error
+	)
+	if s.cfg.notify {
+		n, err = retry(func() (int64, error) {
+			return queryCount(ctx, s.db, s.q.releaseNotify, []byte(scope), key, []byte(token), s.channel, payload(scope, key))
+		})
+	} else {
+		n, err = retry(func() (int64, error) { return execCount(ctx, s.db, s.q.release, []byte(scope), key, []byte(token)) })
+	}
+	if err != nil {
+		return fmt.Errorf("pgxstore: release: %w", err)
+	}
+	if n == 0 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements idem.Getter in one statement.
+func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
+	var r rawRecord
+	err := s.db.QueryRow(ctx, s.q.get, []byte(scope), key, floorMicro(now)).Scan(
+		&r.fingerprint, &r.state, &r.status, &r.headers, &r.body, &r.bodyOmitted,
+		&r.createdAt, &r.leaseEnd, &r.expiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idem.Record{}, false, nil
+	}
+	if err != nil {
+		return idem.Record{}, false, fmt.Errorf("pgxstore: get: %w", err)
+	}
+	rec, err := r.record()
+	if err != nil {
+		return idem.Record{}, false, err
+	}
+	return rec, true, nil
+}
+
+// Delete implements idem.Deleter in one statement. It reports whether a
+// row was there, expired or not, and wakes watchers of the key.
+func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
+	var (
+		n   int64
+		err error
+	)
+	if s.cfg.notify {
+		n, err = retry(func() (int64, error) {
+			return queryCount(ctx, s.db, s.q.deleteNotify, []byte(scope), key, s.channel, payload(scope, key))
+		})
+	} else {
+		n, err = retry(func() (int64, error) { return execCount(ctx, s.db, s.q.delete, []byte(scope), key) })
+	}
+	if err != nil {
+		return false, fmt.Errorf("pgxstore: delete: %w", err)
+	}
+	return n > 0, nil
+}
+
+// DeleteExpired implements idem.ExpiredDeleter. It deletes in batches of
+// at most 1000 rows, each its own statement, skipping rows a concurrent
+// claim holds locked, and returns how many rows it removed.
+func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
+	now = floorMicro(now)
+	total := 0
+	for {
+		n, err := retry(func() (int64, error) { return execCount(ctx, s.db, s.q.deleteExpired, now, sweepBatch) })
+		total += int(n)
+		if err != nil {
+			return total, fmt.Errorf("pgxstore: delete expired: %w", err)
+		}
+		if n < sweepBatch {
+			return total, nil
+		}
+	}
+}
+
+// Extend implements idem.Extender in one statement.
+func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+	n, err := retry(func() (int64, error) {
+		return execCount(ctx, s.db, s.q.extend, []byte(scope), key, []byte(token), floorMicro(now), ceilMicro(leaseEnd))
+	})
+	if err != nil {
+		return fmt.Errorf("pgxstore: extend: %w", err)
+	}
+	if n == 0 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Sweep calls DeleteExpired with the wall clock every interval until ctx
+// is cancelled or the store is closed, logging errors and carrying on. It
+// returns ctx.Err() or ErrClosed. WithSweepInterval runs it in the
+// background; call it yourself to tie the sweeper to your own context.
+func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("pgxstore: sweep interval %v is not positive", interval)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.ctx.Done():
+			return ErrClosed
+		case <-t.C:
+		}
+		// Bound one sweep by the interval so a hung server cannot pile
+		// sweeps up; a backlog is finished by the next ones.
+		sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+		stop := context.AfterFunc(s.ctx, cancel)
+		n, err := s.DeleteExpired(sctx, time.Now())
+		stop()
+		cancel()
+		if err != nil && ctx.Err() == nil && s.ctx.Err() == nil {
+			s.cfg.logger.Warn("pgxstore: sweep failed", "table", s.table, "deleted", n, "err", err)
+		}
+	}
+}
+
+// serializationFailure reports SQLSTATE 40001. Under READ COMMITTED a
+// single statement re-checks a row a concurrent writer changed; when the
+// server's default isolation is REPEATABLE READ or SERIALIZABLE it fails
+// with 40001 instead. Every statement of the store commits on its own, so
+// running it again, on a fresh snapshot, is safe.
+func serializationFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40001"
+}
+
+// retry runs f again after a serialization failure, a few times at most.
+func retry(f func() (int64, error)) (int64, error) {
+	for i := 1; ; i++ {
+		n, err := f()
+		if err == nil || i == maxClaimAttempts || !serializationFailure(err) {
+			return n, err
+		}
+	}
+}
+
+// queryCount runs a statement returning one count(*) row.
+func queryCount(ctx context.Context, db DB, sql string, args ...any) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, sql, args...).Scan(&n)
+	return n, err
+}
+
+// execCount runs a statement and returns the rows its command tag reports.
+func execCount(ctx context.Context, db DB, sql string, args ...any) (int64, error) {
+	tag, err := db.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// payload is the notification payload for (scope, key): 16 hex digits of a
+// 64-bit FNV-1a hash of both, length-prefixed. It is short whatever the
+// scope, and a collision only wakes a waiter spuriously.
+func payload(scope, key string) string {
+	h := fnv.New64a()
+	var n [20]byte
+	h.Write(strconv.AppendInt(n[:0], int64(len(scope)), 10))
+	h.Write([]byte{':'})
+	h.Write([]byte(scope))
+	h.Write([]byte(key))
+	var out [16]byte
+	const hexdigits = "0123456789abcdef"
+	v := h.Sum64()
+	for i := 15; i >= 0; i-- {
+		out[i] = hexdigits[v&0xf]
+		v >>= 4
+	}
+	return string(out[:])
+}
+
+// The database keeps microseconds. The engine's now is rounded down and
+// the deadlines it sets are rounded up, so "now >= deadline" in SQL holds
+// exactly when it holds in Go for deadlines on a microsecond, and is at
+// most a microsecond late (the safe direction: a lease lasts a little
+// longer) otherwise. Every method rounds the same way, so they agree.
+func floorMicro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
+
+func ceilMicro(t time.Time) time.Time {
+	f := t.Truncate(time.Microsecond)
+	if f.Equal(t) {
+		return f
+	}
+	return f.Add(time.Microsecond)
+}
+
+// rawRecord is a row as scanned, nullable columns included.
+type rawRecord struct {
+	fingerprint []byte
+	state       pgtype.Int2
+	status      pgtype.Int4
+	headers     []byte
+	body        []byte
+	bodyOmitted pgtype.Bool
+	createdAt   pgtype.Timestamptz
+	leaseEnd    pgtype.Timestamptz
+	expiresAt   pgtype.Timestamptz
+}
+
+// takeable mirrors the claim statement's takeover condition.
+func (r *rawRecord) takeable(now time.Time) bool {
+	if !now.Before(r.expiresAt.Time) {
+		return true
+	}
+	return r.state.Int16 == int16(idem.StateInProgress) && r.leaseEnd.Valid && !now.Before(r.leaseEnd.Time)
+}
+
+func (r *rawRecord) record() (idem.Record, error) {
+	rec := idem.Record{
+		Fingerprint: string(r.fingerprint),
+		State:       idem.State(r.state.Int16),
+		CreatedAt:   r.createdAt.Time,
+		ExpiresAt:   r.expiresAt.Time,
+	}
+	if r.leaseEnd.Valid {
+		rec.LeaseEnd = r.leaseEnd.Time
+	}
+	if rec.State == idem.StateCompleted {
+		h, err := decodeHeader(r.headers)
+		if err != nil {
+			return idem.Record{}, err
+		}
+		rec.Response = &idem.Response{
+			Status:      int(r.status.Int32),
+			Header:      h,
+			Body:        r.body,
+			BodyOmitted: r.bodyOmitted.Bool,
+		}
+	}
+	return rec, nil
+}
+
+// pool returns db as a *pgxpool.Pool when it is one.
+func (s *Store) pool() (*pgxpool.Pool, bool) {
+	p, ok := s.db.(*pgxpool.Pool)
+	return p, ok
+}

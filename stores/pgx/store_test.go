@@ -1,0 +1,209 @@
+package pgxstore
+
+import (
+	"errors"
+	"net/http"
+	"reflect"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+)
+
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func claimAt(key, fp, token string, now time.Time, lease time.Duration) idem.Claim {
+	return idem.Claim{Scope: idem.Scope("", "POST", "/orders"), Key: key, Fingerprint: fp, Token: token, Now: now, LeaseEnd: now.Add(lease)}
+}
+
+func TestLifecycle(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	c := claimAt("k1", "fp1", "tok1", t0, time.Minute)
+
+	res, err := s.Claim(ctx, c)
+	if err != nil || !res.Acquired || res.Existing != nil {
+		t.Fatalf("first claim = %+v, %v; want acquired", res, err)
+	}
+	res, err = s.Claim(ctx, claimAt("k1", "fp2", "tok2", t0.Add(time.Second), time.Minute))
+	if err != nil || res.Acquired {
+		t.Fatalf("second claim = %+v, %v; want existing", res, err)
+	}
+	ex := res.Existing
+	if ex.State != idem.StateInProgress || ex.Fingerprint != "fp1" || !ex.CreatedAt.Equal(t0) ||
+		!ex.LeaseEnd.Equal(t0.Add(time.Minute)) || !ex.ExpiresAt.Equal(t0.Add(time.Minute)) || ex.Response != nil {
+		t.Fatalf("existing = %+v", ex)
+	}
+
+	resp := idem.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "X-Odd": {"a\x00b\xff", ""}}, Body: []byte(`{"id":1}`)}
+	if err := s.Complete(ctx, c.Scope, c.Key, "wrong", resp, t0.Add(time.Second), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("complete with wrong token: %v", err)
+	}
+	if err := s.Complete(ctx, c.Scope, c.Key, "tok1", resp, t0.Add(time.Second), t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, c.Scope, c.Key, "tok1", resp, t0.Add(time.Second), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("second complete: %v", err)
+	}
+	if err := s.Release(ctx, c.Scope, c.Key, "tok1"); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("release of completed: %v", err)
+	}
+	res, err = s.Claim(ctx, claimAt("k1", "fp1", "tok3", t0.Add(2*time.Minute), time.Minute))
+	if err != nil || res.Acquired {
+		t.Fatalf("replay claim = %+v, %v", res, err)
+	}
+	ex = res.Existing
+	if ex.State != idem.StateCompleted || !ex.LeaseEnd.IsZero() || !ex.ExpiresAt.Equal(t0.Add(time.Hour)) || !reflect.DeepEqual(*ex.Response, resp) {
+		t.Fatalf("replay existing = %+v %+v", ex, ex.Response)
+	}
+	got, ok, err := s.Get(ctx, c.Scope, c.Key, t0.Add(time.Hour-time.Microsecond))
+	if err != nil || !ok || !reflect.DeepEqual(*got.Response, resp) {
+		t.Fatalf("get = %+v %v %v", got, ok, err)
+	}
+	if _, ok, _ := s.Get(ctx, c.Scope, c.Key, t0.Add(time.Hour)); ok {
+		t.Fatal("get at expiry found the record")
+	}
+	// Expired: a new claim takes it over.
+	res, err = s.Claim(ctx, claimAt("k1", "fp9", "tok9", t0.Add(time.Hour), time.Minute))
+	if err != nil || !res.Acquired {
+		t.Fatalf("claim after expiry = %+v, %v", res, err)
+	}
+	got, _, _ = s.Get(ctx, c.Scope, c.Key, t0.Add(time.Hour))
+	if got.State != idem.StateInProgress || got.Fingerprint != "fp9" || got.Response != nil {
+		t.Fatalf("after takeover = %+v", got)
+	}
+	if err := s.Release(ctx, c.Scope, c.Key, "tok1"); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("release with old token: %v", err)
+	}
+	if err := s.Release(ctx, c.Scope, c.Key, "tok9"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.Get(ctx, c.Scope, c.Key, t0.Add(time.Hour)); ok {
+		t.Fatal("record survived release")
+	}
+}
+
+func TestNilAndEmptyResponseParts(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	for i, resp := range []idem.Response{
+		{Status: 204},
+		{Status: 200, Header: http.Header{}, Body: []byte{}},
+		{Status: 200, Header: http.Header{"A": {"1", "2"}}, BodyOmitted: true},
+	} {
+		c := claimAt("k"+string(rune('a'+i)), "fp", "tok", t0, time.Minute)
+		if _, err := s.Claim(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, c.Scope, c.Key, "tok", resp, t0, t0.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := s.Get(ctx, c.Scope, c.Key, t0)
+		if err != nil || !reflect.DeepEqual(*got.Response, resp) {
+			t.Errorf("%d: got %#v, %v; want %#v", i, got.Response, err, resp)
+		}
+	}
+}
+
+func TestAbandonedLeaseAndExtend(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	c := claimAt("k", "fp", "a", t0, time.Minute)
+	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	if err := s.Extend(ctx, c.Scope, c.Key, "b", t0, t0.Add(2*time.Minute)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("extend with wrong token: %v", err)
+	}
+	if err := s.Extend(ctx, c.Scope, c.Key, "a", t0.Add(30*time.Second), t0.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	// Not yet abandoned at the old lease end.
+	if res, _ := s.Claim(ctx, claimAt("k", "fp", "b", t0.Add(time.Minute), time.Minute)); res.Acquired {
+		t.Fatal("claim took an extended lease")
+	}
+	if err := s.Complete(ctx, c.Scope, c.Key, "a", idem.Response{Status: 200}, t0.Add(2*time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("complete at lease end: %v", err)
+	}
+	if err := s.Extend(ctx, c.Scope, c.Key, "a", t0.Add(2*time.Minute), t0.Add(3*time.Minute)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("extend at lease end: %v", err)
+	}
+	res, err := s.Claim(ctx, claimAt("k", "fp", "b", t0.Add(2*time.Minute), time.Minute))
+	if err != nil || !res.Acquired {
+		t.Fatalf("takeover = %+v, %v", res, err)
+	}
+	if err := s.Complete(ctx, c.Scope, c.Key, "a", idem.Response{Status: 200}, t0.Add(2*time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("old owner completed after takeover: %v", err)
+	}
+	if err := s.Complete(ctx, c.Scope, c.Key, "b", idem.Response{Status: 200}, t0.Add(2*time.Minute), t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSubMicrosecondTimes(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	now := t0.Add(500 * time.Nanosecond)
+	c := idem.Claim{Scope: "s", Key: "k", Fingerprint: "f", Token: "t", Now: now, LeaseEnd: now.Add(time.Second)}
+	if res, _ := s.Claim(ctx, c); !res.Acquired {
+		t.Fatal("not acquired")
+	}
+	// One nanosecond before the lease end the claim is still held ...
+	if res, _ := s.Claim(ctx, idem.Claim{Scope: "s", Key: "k", Fingerprint: "f", Token: "u", Now: c.LeaseEnd.Add(-time.Nanosecond), LeaseEnd: c.LeaseEnd.Add(time.Minute)}); res.Acquired {
+		t.Fatal("claim before lease end acquired")
+	}
+	// ... and a microsecond after it, it is gone.
+	if res, _ := s.Claim(ctx, idem.Claim{Scope: "s", Key: "k", Fingerprint: "f", Token: "u", Now: c.LeaseEnd.Add(time.Microsecond), LeaseEnd: c.LeaseEnd.Add(time.Minute)}); !res.Acquired {
+		t.Fatal("claim after lease end not acquired")
+	}
+}
+
+func TestOpaqueScope(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	for i, scope := range []string{"", "\x00", "\x00\x01", "\xff\xfe", "é", "e\u0301"} {
+		res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: "k", Fingerprint: "\x00fp\xff", Token: "\x00", Now: t0, LeaseEnd: t0.Add(time.Minute)})
+		if err != nil || !res.Acquired {
+			t.Fatalf("%d %q: %+v %v", i, scope, res, err)
+		}
+		rec, ok, err := s.Get(ctx, scope, "k", t0)
+		if err != nil || !ok || rec.Fingerprint != "\x00fp\xff" {
+			t.Fatalf("%d %q: %+v %v %v", i, scope, rec, ok, err)
+		}
+	}
+	if err := s.Release(ctx, "\x00", "k", "\x00"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.Get(ctx, "\x00\x01", "k", t0); !ok {
+		t.Fatal("released the wrong scope")
+	}
+}
+
+func TestDeleteAndDeleteExpired(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	for i := range 2500 {
+		c := claimAt("k"+time.Duration(i).String(), "fp", "tok", t0, time.Duration(i+1)*time.Millisecond)
+		if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+			t.Fatal(res, err)
+		}
+	}
+	ok, err := s.Delete(ctx, idem.Scope("", "POST", "/orders"), "k0s")
+	if err != nil || !ok {
+		t.Fatalf("delete = %v, %v", ok, err)
+	}
+	ok, err = s.Delete(ctx, idem.Scope("", "POST", "/orders"), "k0s")
+	if err != nil || ok {
+		t.Fatalf("second delete = %v, %v", ok, err)
+	}
+	// Leases end at t0+1ms ... t0+2500ms; k0s is gone. At t0+2000ms,
+	// 1999 remain expired (2ms..2000ms).
+	n, err := s.DeleteExpired(ctx, t0.Add(2000*time.Millisecond))
+	if err != nil || n != 1999 {
+		t.Fatalf("DeleteExpired = %d, %v; want 1999", n, err)
+	}
+	var left int
+	if err := s.db.QueryRow(ctx, "SELECT count(*) FROM "+quoted(s.table)).Scan(&left); err != nil || left != 500 {
+		t.Fatalf("left = %d, %v", left, err)
+	}
+}

@@ -1,0 +1,222 @@
+package pgxstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/jackc/pgx/v5"
+)
+
+// ExactlyOnceStore is a Store whose engine runs each claimed request in a
+// database transaction (idem.TxBeginner): the handler's writes and the
+// completed record commit together or not at all. Get one with
+// Store.ExactlyOnce. It has every method of Store.
+//
+// The flow, driven by the engine:
+//
+//  1. Claim commits on its own, so duplicates see the claim at once.
+//  2. BeginTx starts a transaction on the store's DB; the handler reaches
+//     it with Tx(r.Context()) and does its writes in it.
+//  3. For a response to be stored, Commit runs the same token-checked
+//     update as Store.Complete inside the transaction, then commits. If the
+//     claim is no longer held it rolls back and returns idem.ErrLeaseLost:
+//     a request whose lease ran out and was taken over never commits its
+//     writes, so the handler's effects happen at most once even then. If
+//     COMMIT fails (a deferred constraint, a serialization failure, a lost
+//     connection), nothing of the handler's writes remains and the engine
+//     answers 500 and releases the key.
+//  4. For a 5xx, 429, panic or hijack the engine rolls back and releases.
+//
+// Cost: each in-flight request holds one pooled connection from BeginTx to
+// Commit or Rollback, the whole time its handler runs, and the business
+// rows it writes stay locked until then. Size the pool for the number of
+// concurrent requests, and do every query of the handler through the
+// transaction: a handler that also takes a second connection from the same
+// pool can deadlock once the pool is exhausted. A handler that never
+// touches the transaction still works; it just holds the connection.
+//
+// Use a *pgxpool.Pool as the DB. On a pgx.Tx, BeginTx makes a savepoint
+// and nothing commits until the outer transaction does.
+type ExactlyOnceStore struct {
+	*Store
+	txOptions pgx.TxOptions
+}
+
+var (
+	_ idem.Store      = (*ExactlyOnceStore)(nil)
+	_ idem.TxBeginner = (*ExactlyOnceStore)(nil)
+	_ idem.Getter     = (*ExactlyOnceStore)(nil)
+	_ idem.Deleter    = (*ExactlyOnceStore)(nil)
+	_ idem.Notifier   = (*ExactlyOnceStore)(nil)
+	_ idem.Extender   = (*ExactlyOnceStore)(nil)
+	_ idem.Tx         = (*txn)(nil)
+	_ pgx.Tx          = handlerTx{}
+)
+
+// ExactlyOnce returns s in exactly-once mode: pass it to idem.New instead
+// of s. Both share the same table, listener and sweeper; closing either
+// closes both.
+func (s *Store) ExactlyOnce() *ExactlyOnceStore { return &ExactlyOnceStore{Store: s} }
+
+// WithTxOptions returns a copy of s whose transactions start with opts,
+// for example pgx.TxOptions{IsoLevel: pgx.Serializable}. The default is
+// the server's default (READ COMMITTED unless configured otherwise). A
+// serialization failure at COMMIT is a failed commit: the engine answers
+// 500 and releases the key, and the client's retry runs again. Options
+// other than the zero value need a DB with BeginTx, such as
+// *pgxpool.Pool or *pgx.Conn.
+func (s *ExactlyOnceStore) WithTxOptions(opts pgx.TxOptions) *ExactlyOnceStore {
+	return &ExactlyOnceStore{Store: s.Store, txOptions: opts}
+}
+
+type txKey struct{}
+
+// Tx returns the transaction an exactly-once engine started for the
+// request whose context is ctx, and true; or nil and false when there is
+// none (the store is not in exactly-once mode, or the request was not
+// claimed). The handler runs its queries on it and never commits it:
+// Commit returns ErrTxManaged; the engine commits it with the record.
+//
+// To abort, return a 5xx response: the engine rolls back and releases the
+// key. When a statement fails inside the transaction (PostgreSQL then
+// refuses everything until ROLLBACK), or the handler rolls it back, the
+// transaction can no longer commit. If the handler then answers 400 or
+// more, say a 409 for a duplicate order, that answer is stored on its own,
+// token-checked, and replayed, with none of the handler's writes (which is
+// what an error answer means). If it answers below 400, a success the
+// database cannot back, the engine's commit fails: the client gets 500 and
+// the key is released. Run statements that may fail, when the handler
+// wants to carry on after them, in a savepoint (tx.Begin).
+func Tx(ctx context.Context) (pgx.Tx, bool) {
+	t, ok := ctx.Value(txKey{}).(*txn)
+	if !ok {
+		return nil, false
+	}
+	return handlerTx{t.tx, t}, true
+}
+
+// BeginTx implements idem.TxBeginner: it starts a transaction on the
+// store's DB (ctx bounds only acquiring a connection and BEGIN). The
+// engine hands the handler the context from the returned Tx's Context
+// method, where Tx finds the transaction.
+func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string) (idem.Tx, error) {
+	var (
+		tx  pgx.Tx
+		err error
+	)
+	if s.txOptions == (pgx.TxOptions{}) {
+		tx, err = s.db.Begin(ctx)
+	} else if b, ok := s.db.(interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	}); ok {
+		tx, err = b.BeginTx(ctx, s.txOptions)
+	} else {
+		err = fmt.Errorf("%T cannot begin a transaction with options", s.db)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgxstore: begin: %w", err)
+	}
+	return &txn{s: s.Store, tx: tx, scope: scope, key: key, token: token}, nil
+}
+
+// txn is the idem.Tx an ExactlyOnceStore hands the engine.
+type txn struct {
+	s                 *Store
+	tx                pgx.Tx
+	scope, key, token string
+	done              bool
+	rolledBack        atomic.Bool // by the handler
+}
+
+// failed reports that the transaction can no longer commit: the handler
+// rolled it back, or one of its statements failed (the server then ignores
+// everything until ROLLBACK).
+func (t *txn) failed() bool {
+	return t.rolledBack.Load() || t.tx.Conn().PgConn().TxStatus() == 'E'
+}
+
+// Context returns parent carrying the transaction, for Tx.
+func (t *txn) Context(parent context.Context) context.Context {
+	return context.WithValue(parent, txKey{}, t)
+}
+
+// Commit completes the record inside the transaction, with the same token
+// check as Store.Complete, and commits. On idem.ErrLeaseLost it rolls back
+// and commits nothing. After a failed COMMIT nothing of the transaction
+// remains.
+func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt time.Time) error {
+	if t.done {
+		return errors.New("pgxstore: commit: transaction already finished")
+	}
+	t.done = true
+	if t.failed() {
+		t.tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // may be closed already
+		if resp.Status < 400 {
+			return fmt.Errorf("pgxstore: commit: %w", errTxFailed)
+		}
+		// The handler answered an error after its transaction failed:
+		// nothing of its writes remains, which is what the answer says,
+		// so the answer is stored (token-checked) on its own.
+		return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
+	}
+	n, err := t.s.complete(ctx, t.tx, t.scope, t.key, t.token, resp, now, expiresAt)
+	if err == nil && n == 0 {
+		err = idem.ErrLeaseLost
+	}
+	if err != nil {
+		rbErr := t.tx.Rollback(context.WithoutCancel(ctx))
+		if errors.Is(err, idem.ErrLeaseLost) {
+			return err
+		}
+		return errors.Join(fmt.Errorf("pgxstore: commit: %w", err), ignoreClosed(rbErr))
+	}
+	if err := t.tx.Commit(ctx); err != nil {
+		// pgx rolls back a transaction whose COMMIT fails; this makes sure
+		// the connection goes back to the pool clean either way.
+		t.tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // ErrTxClosed after a failed COMMIT
+		return fmt.Errorf("pgxstore: commit: %w", err)
+	}
+	return nil
+}
+
+// Rollback rolls the transaction back. It is a no-op after Commit or a
+// previous Rollback.
+func (t *txn) Rollback(ctx context.Context) error {
+	if t.done {
+		return nil
+	}
+	t.done = true
+	if err := ignoreClosed(t.tx.Rollback(ctx)); err != nil {
+		return fmt.Errorf("pgxstore: rollback: %w", err)
+	}
+	return nil
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return nil
+	}
+	return err
+}
+
+var errTxFailed = errors.New("the handler's transaction failed or was rolled back, but its response reports success")
+
+// handlerTx is the transaction as the handler sees it: everything but
+// Commit, which the engine owns.
+type handlerTx struct {
+	pgx.Tx
+	t *txn
+}
+
+// Commit refuses: the engine commits the transaction with the record.
+func (handlerTx) Commit(context.Context) error { return ErrTxManaged }
+
+// Rollback rolls the transaction back and remembers it for Commit.
+func (h handlerTx) Rollback(ctx context.Context) error {
+	h.t.rolledBack.Store(true)
+	return h.Tx.Rollback(ctx)
+}

@@ -1,0 +1,384 @@
+package pgxstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/jackc/pgx/v5"
+)
+
+// txFixture is an exactly-once store and a business table "orders" whose
+// deferred unique constraint on ref lets a test make COMMIT itself fail.
+type txFixture struct {
+	s      *ExactlyOnceStore
+	orders string
+}
+
+func newTxFixture(t *testing.T) txFixture {
+	t.Helper()
+	s := newStore(t, nil).ExactlyOnce()
+	orders := randomTable()
+	t.Cleanup(func() { dropTable(t, orders) })
+	if _, err := s.db.Exec(t.Context(), `CREATE TABLE `+quoted(orders)+` (
+		id  bigint PRIMARY KEY,
+		ref text NOT NULL,
+		CONSTRAINT ref_unique UNIQUE (ref) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	return txFixture{s, orders}
+}
+
+func (f txFixture) orderExists(t *testing.T, id int) bool {
+	t.Helper()
+	var ok bool
+	if err := f.s.db.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM `+quoted(f.orders)+` WHERE id = $1)`, id).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// begin claims key and starts its transaction, as the engine does.
+func (f txFixture) begin(t *testing.T, key string) (idem.Claim, context.Context, idem.Tx) {
+	t.Helper()
+	c := claimAt(key, "fp", "tok-"+key, t0, time.Minute)
+	if res, err := f.s.Claim(t.Context(), c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	tx, err := f.s.BeginTx(t.Context(), c.Scope, c.Key, c.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, tx.Context(t.Context()), tx
+}
+
+// handler inserts an order through the request's transaction.
+func (f txFixture) handler(t *testing.T, ctx context.Context, id int, ref string) {
+	t.Helper()
+	tx, ok := Tx(ctx)
+	if !ok {
+		t.Fatal("no transaction in the request context")
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+quoted(f.orders)+` (id, ref) VALUES ($1, $2)`, id, ref); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExactlyOnceCommit(t *testing.T) {
+	f := newTxFixture(t)
+	c, ctx, tx := f.begin(t, "k")
+	f.handler(t, ctx, 1, "a")
+	// Before the commit, nothing is visible outside the transaction.
+	if f.orderExists(t, 1) {
+		t.Fatal("order visible before commit")
+	}
+	resp := idem.Response{Status: 201, Body: []byte("created")}
+	if err := tx.Commit(t.Context(), resp, t0.Add(time.Second), t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatalf("rollback after commit: %v", err)
+	}
+	if !f.orderExists(t, 1) {
+		t.Fatal("order missing after commit")
+	}
+	rec, ok, err := f.s.Get(t.Context(), c.Scope, c.Key, t0.Add(time.Second))
+	if err != nil || !ok || rec.State != idem.StateCompleted || string(rec.Response.Body) != "created" {
+		t.Fatalf("record = %+v %v %v", rec, ok, err)
+	}
+}
+
+// A 5xx: the engine rolls back and releases; the key runs again.
+func TestExactlyOnceRollback(t *testing.T) {
+	f := newTxFixture(t)
+	c, ctx, tx := f.begin(t, "k")
+	f.handler(t, ctx, 1, "a")
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatalf("second rollback: %v", err)
+	}
+	if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); err != nil {
+		t.Fatal(err)
+	}
+	if f.orderExists(t, 1) {
+		t.Fatal("order survived rollback")
+	}
+	if res, err := f.s.Claim(t.Context(), claimAt("k", "fp", "again", t0, time.Minute)); err != nil || !res.Acquired {
+		t.Fatalf("claim after release = %+v %v", res, err)
+	}
+}
+
+// COMMIT itself fails (a deferred constraint is violated): Commit returns
+// the error, and neither the order nor the completed record remains; the
+// engine then releases the claim.
+func TestExactlyOnceCommitFails(t *testing.T) {
+	f := newTxFixture(t)
+	if _, err := f.s.db.Exec(t.Context(), `INSERT INTO `+quoted(f.orders)+` (id, ref) VALUES (100, 'taken')`); err != nil {
+		t.Fatal(err)
+	}
+	c, ctx, tx := f.begin(t, "k")
+	f.handler(t, ctx, 1, "taken") // deferred: accepted until COMMIT
+	err := tx.Commit(t.Context(), idem.Response{Status: 201}, t0.Add(time.Second), t0.Add(time.Hour))
+	if err == nil || errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("commit error = %v, want the constraint violation", err)
+	}
+	t.Logf("commit error: %v", err)
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatalf("rollback after failed commit: %v", err)
+	}
+	if f.orderExists(t, 1) {
+		t.Fatal("order committed")
+	}
+	rec, ok, err := f.s.Get(t.Context(), c.Scope, c.Key, t0.Add(time.Second))
+	if err != nil || !ok || rec.State != idem.StateInProgress {
+		t.Fatalf("record = %+v %v %v; want still in progress", rec, ok, err)
+	}
+	if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := f.s.Get(t.Context(), c.Scope, c.Key, t0.Add(time.Second)); ok {
+		t.Fatal("record survived release")
+	}
+	// The pool's connection is clean again.
+	if _, err := f.s.db.Exec(t.Context(), "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The lease ran out and another request took the key over while the
+// handler ran: Commit returns ErrLeaseLost and the handler's writes are
+// rolled back, so the work happens once even then.
+func TestExactlyOnceLeaseLost(t *testing.T) {
+	f := newTxFixture(t)
+	c, ctx, tx := f.begin(t, "k")
+	f.handler(t, ctx, 1, "a")
+	later := t0.Add(2 * time.Minute)
+	if res, err := f.s.Claim(t.Context(), claimAt("k", "fp", "other", later, time.Minute)); err != nil || !res.Acquired {
+		t.Fatalf("takeover = %+v %v", res, err)
+	}
+	err := tx.Commit(t.Context(), idem.Response{Status: 201}, later, later.Add(time.Hour))
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("commit = %v, want ErrLeaseLost", err)
+	}
+	if f.orderExists(t, 1) {
+		t.Fatal("order committed by a request that lost its claim")
+	}
+	if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("release by the old owner = %v", err)
+	}
+	// Its lease is also checked against now inside the transaction.
+	_, ctx2, tx2 := f.begin(t, "k2")
+	_ = ctx2
+	if err := tx2.Commit(t.Context(), idem.Response{Status: 200}, t0.Add(time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("commit at lease end = %v, want ErrLeaseLost", err)
+	}
+}
+
+// The handler may not commit the transaction, may roll it back (the
+// engine's commit then fails and the key is released), and may ignore it.
+func TestExactlyOnceHandlerTx(t *testing.T) {
+	f := newTxFixture(t)
+
+	_, ctx, tx := f.begin(t, "commits")
+	htx, _ := Tx(ctx)
+	if err := htx.Commit(ctx); !errors.Is(err, ErrTxManaged) {
+		t.Fatalf("handler commit = %v", err)
+	}
+	// Nested transactions (savepoints) work.
+	sp, err := htx.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Exec(ctx, `INSERT INTO `+quoted(f.orders)+` (id, ref) VALUES (7, 'sp')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if !f.orderExists(t, 7) {
+		t.Fatal("savepoint write lost")
+	}
+
+	_, ctx, tx = f.begin(t, "rolls-back")
+	f.handler(t, ctx, 8, "rb")
+	htx, _ = Tx(ctx)
+	if err := htx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err == nil || errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("commit after the handler rolled back = %v", err)
+	}
+	if f.orderExists(t, 8) {
+		t.Fatal("rolled-back write committed")
+	}
+
+	c, _, tx := f.begin(t, "ignores")
+	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if rec, ok, _ := f.s.Get(t.Context(), c.Scope, c.Key, t0); !ok || rec.State != idem.StateCompleted {
+		t.Fatalf("record = %+v", rec)
+	}
+
+	if _, ok := Tx(context.Background()); ok {
+		t.Fatal("Tx found a transaction in a bare context")
+	}
+	var _ pgx.Tx = htx
+}
+
+// Many concurrent exactly-once requests on one small pool: every one
+// commits its row and its record, and the pool's connections all come
+// back.
+func TestExactlyOnceConcurrent(t *testing.T) {
+	f := newTxFixture(t)
+	done := make(chan struct{})
+	for i := range 32 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			key := "c" + string(rune('A'+i))
+			_, ctx, tx := f.begin(t, key)
+			f.handler(t, ctx, 1000+i, key)
+			if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	for range 32 {
+		<-done
+	}
+	var n int
+	if err := f.s.db.QueryRow(t.Context(), `SELECT count(*) FROM `+quoted(f.orders)).Scan(&n); err != nil || n != 32 {
+		t.Fatalf("orders = %d, %v", n, err)
+	}
+}
+
+// Serializable transactions: two requests that each read the orders and
+// write one conflict; one commits, the other's COMMIT fails, nothing of it
+// remains and its record stays in progress for the engine to release.
+func TestExactlyOnceSerializable(t *testing.T) {
+	f := newTxFixture(t)
+	s := f.s.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable})
+	f.s = s
+	type req struct {
+		c   idem.Claim
+		ctx context.Context
+		tx  idem.Tx
+	}
+	var reqs []req
+	for i, key := range []string{"s1", "s2"} {
+		c, ctx, tx := f.begin(t, key)
+		reqs = append(reqs, req{c, ctx, tx})
+		htx, _ := Tx(ctx)
+		var n int
+		if err := htx.QueryRow(ctx, `SELECT count(*) FROM `+quoted(f.orders)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := htx.Exec(ctx, `INSERT INTO `+quoted(f.orders)+` (id, ref) VALUES ($1, $2)`, 10+i, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var failed int
+	for _, r := range reqs {
+		if err := r.tx.Commit(t.Context(), idem.Response{Status: 201}, t0, t0.Add(time.Hour)); err != nil {
+			t.Logf("%s: %v", r.c.Key, err)
+			failed++
+			rec, ok, _ := s.Get(t.Context(), r.c.Scope, r.c.Key, t0)
+			if !ok || rec.State != idem.StateInProgress {
+				t.Errorf("%s: record %+v after a failed commit", r.c.Key, rec)
+			}
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d commits failed, want 1", failed)
+	}
+	if f.orderExists(t, 10) == f.orderExists(t, 11) {
+		t.Fatal("want exactly one order")
+	}
+}
+
+// BeginTx's context bounds only the start: cancelling it afterwards, as
+// the engine does with its store timeout, leaves the transaction usable.
+func TestExactlyOnceBeginContext(t *testing.T) {
+	f := newTxFixture(t)
+	c := claimAt("k", "fp", "tok", t0, time.Minute)
+	if res, err := f.s.Claim(t.Context(), c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	bctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	tx, err := f.s.BeginTx(bctx, c.Scope, c.Key, c.Token)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handler(t, tx.Context(t.Context()), 1, "a")
+	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if !f.orderExists(t, 1) {
+		t.Fatal("order missing")
+	}
+	// An already-cancelled context fails BeginTx promptly.
+	dead, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := f.s.BeginTx(dead, c.Scope, "other", "tok"); err == nil {
+		t.Fatal("BeginTx with a cancelled context succeeded")
+	}
+}
+
+// A statement fails inside the handler's transaction. If the handler
+// answers an error (409 here), that answer is stored and replayed without
+// any of its writes; if it claims success, Commit fails.
+func TestExactlyOnceFailedStatement(t *testing.T) {
+	f := newTxFixture(t)
+	if _, err := f.s.db.Exec(t.Context(), `INSERT INTO `+quoted(f.orders)+` (id, ref) VALUES (1, 'one')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key      string
+		status   int
+		rollback bool // the handler rolls back instead of failing a statement
+		stored   bool
+	}{
+		{"conflict", 409, false, true},
+		{"lies", 201, false, false},
+		{"rolled-back-409", 409, true, true},
+		{"rolled-back-200", 200, true, false},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			c, ctx, tx := f.begin(t, tc.key)
+			htx, _ := Tx(ctx)
+			if _, err := htx.Exec(ctx, `INSERT INTO `+quoted(f.orders)+` (id, ref) VALUES (2, $1)`, tc.key); err != nil {
+				t.Fatal(err)
+			}
+			if tc.rollback {
+				if err := htx.Rollback(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := htx.Exec(ctx, `INSERT INTO `+quoted(f.orders)+` (id, ref) VALUES (1, 'dup')`); err == nil {
+				t.Fatal("duplicate insert succeeded")
+			}
+			err := tx.Commit(t.Context(), idem.Response{Status: tc.status}, t0, t0.Add(time.Hour))
+			rec, ok, _ := f.s.Get(t.Context(), c.Scope, c.Key, t0)
+			if tc.stored {
+				if err != nil || !ok || rec.State != idem.StateCompleted || rec.Response.Status != tc.status {
+					t.Fatalf("commit = %v, record %+v", err, rec)
+				}
+			} else if err == nil || errors.Is(err, idem.ErrLeaseLost) || rec.State != idem.StateInProgress {
+				t.Fatalf("commit = %v, record %+v; want a failed commit", err, rec)
+			}
+			if err := tx.Rollback(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if f.orderExists(t, 2) {
+				t.Fatal("a write of the failed transaction was committed")
+			}
+		})
+	}
+}
