@@ -163,10 +163,25 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, rw, nil
 }
 
+// sniff sets Content-Type from the buffered bytes when the handler set
+// none, as net/http does when it writes the headers, so the stored record
+// and its replays carry the type the first client saw.
+func (c *capture) sniff() {
+	if c.buf.Len() == 0 || !bodyAllowed(c.status) {
+		return
+	}
+	if _, ok := c.header["Content-Type"]; ok || len(c.header["Transfer-Encoding"]) > 0 {
+		return
+	}
+	b := c.buf.Bytes()
+	c.header["Content-Type"] = []string{http.DetectContentType(b[:min(len(b), 512)])}
+}
+
 // startStreaming commits the response: the engine decides store or
 // release, then the headers and buffered bytes go out.
 func (c *capture) startStreaming() {
 	c.direct = true
+	c.sniff()
 	if !c.run.commitStream(c) {
 		c.discard = true
 		return

@@ -426,6 +426,7 @@ func (x *run) execute() {
 		if c.status == 0 {
 			c.WriteHeader(http.StatusOK)
 		}
+		c.sniff()
 		x.ev.Status = c.status
 		if e.cfg.release(c.status) || x.lost.Load() {
 			if tx != nil {
