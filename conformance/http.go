@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,8 +98,7 @@ type resp struct {
 	body   string
 }
 
-func (v *env) do(r req) resp {
-	v.t.Helper()
+func (r req) build() *http.Request {
 	var body io.Reader = strings.NewReader(r.body)
 	if r.chunked {
 		body = io.MultiReader(strings.NewReader(r.body))
@@ -115,9 +115,18 @@ func (v *env) do(r req) resp {
 			hr.Header.Add(k, x)
 		}
 	}
+	return hr
+}
+
+func (v *env) serve(r req) resp {
 	w := httptest.NewRecorder()
-	v.h.ServeHTTP(w, hr)
+	v.h.ServeHTTP(w, r.build())
 	return resp{code: w.Code, header: w.Result().Header, body: w.Body.String()}
+}
+
+func (v *env) do(r req) resp {
+	v.t.Helper()
+	return v.serve(r)
 }
 
 func (v *env) post(target, key, body string) resp {
@@ -215,15 +224,7 @@ func (v *env) waitCount(n int64) {
 // async sends r in a goroutine; the returned function waits for it.
 func (v *env) async(r req) func() resp {
 	ch := make(chan resp, 1)
-	go func() {
-		hr := httptest.NewRequest(r.method, r.target, strings.NewReader(r.body))
-		if r.key != "" {
-			hr.Header.Set("Idempotency-Key", r.key)
-		}
-		w := httptest.NewRecorder()
-		v.h.ServeHTTP(w, hr)
-		ch <- resp{code: w.Code, header: w.Result().Header, body: w.Body.String()}
-	}()
+	go func() { ch <- v.serve(r) }()
 	return func() resp { return <-ch }
 }
 
@@ -589,6 +590,50 @@ var httpScenarios = []scenario{
 		wantFresh(t, v.post("/echo", "dead", "x"), 201, "x")
 		wantReplay(t, v.post("/echo", "dead", "x"), 201, "x")
 		v.wantCount(1)
+	}},
+	{name: "admin handler inspects a running claim and evicts it", run: func(t *testing.T, v *env) {
+		_, canGet := v.store.(idem.Getter)
+		_, canDelete := v.store.(idem.Deleter)
+		if !canGet || !canDelete {
+			t.Skipf("%T has no Getter or Deleter", v.store)
+		}
+		// An admin handler on its own engine over the same store: records
+		// are addressed the same way whatever engine serves them.
+		e, err := idem.New(v.store, idem.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin := e.AdminHandler()
+		ask := func(method string) (int, map[string]any) {
+			q := url.Values{"namespace": {"ops"}, "method": {"POST"}, "route": {"/slow"}, "key": {"adm"}}
+			w := httptest.NewRecorder()
+			admin.ServeHTTP(w, httptest.NewRequest(method, "/admin?"+q.Encode(), nil))
+			var out map[string]any
+			if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+				t.Fatalf("admin %s: %d %q", method, w.Code, w.Body)
+			}
+			return w.Code, out
+		}
+		slow := req{method: "POST", target: "/slow?ms=800", key: "adm", header: http.Header{"Authorization": {"Bearer ops"}}}
+		first := v.async(slow)
+		v.waitCount(1)
+		if code, rec := ask("GET"); code != 200 || rec["state"] != "in_progress" {
+			t.Fatalf("running claim: %d %v", code, rec)
+		}
+		if code, rec := ask("DELETE"); code != 200 || rec["deleted"] != true {
+			t.Fatalf("evict: %d %v", code, rec)
+		}
+		if code, rec := ask("GET"); code != 404 || rec["found"] != false {
+			t.Fatalf("after evict: %d %v", code, rec)
+		}
+		// With the claim evicted, the retry runs instead of getting 409.
+		wantFresh(t, v.do(slow), 200, "slept:800")
+		first()
+		v.wantCount(2)
+		code, rec := ask("GET")
+		if code != 200 || rec["state"] != "completed" || rec["status"] != float64(200) || rec["body_size"] != float64(len("slept:800")) {
+			t.Errorf("completed record: %d %v", code, rec)
+		}
 	}},
 	{name: "problem type URL is configurable", opts: withOpts(idem.WithProblemTypeBase("https://example.com/problems/")), run: func(t *testing.T, v *env) {
 		p := wantProblem(t, v.post("/echo", "", ""), 400)

@@ -1,6 +1,7 @@
 package pgxstore
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/idemkit/idem/conformance"
@@ -20,4 +21,24 @@ func TestConformance(t *testing.T) {
 func TestConformanceExactlyOnce(t *testing.T) {
 	p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
 	conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, p).ExactlyOnce() })
+}
+
+// TestHTTP runs the HTTP behaviour suite through the core's net/http
+// middleware on PostgreSQL, in both modes: the fixture's handlers never
+// touch the transaction, which exactly-once mode must allow.
+func TestHTTP(t *testing.T) {
+	p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 32 })
+	for name, wrap := range map[string]func(*Store) idem.Store{
+		"plain":        func(s *Store) idem.Store { return s },
+		"exactly once": func(s *Store) idem.Store { return s.ExactlyOnce() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			conformance.RunHTTP(t, conformance.Harness{
+				NewStore: func(t *testing.T) idem.Store { return wrap(newStore(t, p)) },
+				Handler: func(t *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
+					return f.ServeMux(e.Middleware)
+				},
+			})
+		})
+	}
 }
