@@ -1,0 +1,79 @@
+// Command chi serves the orders API on Chi, with idem's middleware mounted
+// once at the top of the router.
+//
+//	go run ./examples/chi                # memory store, 127.0.0.1:8080
+//	go run ./examples/chi -store postgres
+//	go run ./examples/chi -metrics       # Prometheus metrics on GET /metrics
+package main
+
+import (
+	"context"
+	"flag"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	idemchi "github.com/idemkit/idem/adapters/chi"
+	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/examples/internal/app"
+	"github.com/idemkit/idem/examples/internal/orders"
+	idemotel "github.com/idemkit/idem/otel"
+)
+
+func main() {
+	var metrics bool
+	flags := app.ParseOrders("chi", func(fs *flag.FlagSet) {
+		fs.BoolVar(&metrics, "metrics", false, "serve Prometheus metrics on GET /metrics")
+	})
+	ctx := context.Background()
+	store, closeStore, err := flags.Store.Open(ctx)
+	if err != nil {
+		app.Fatal(err, false)
+	}
+	defer closeStore()
+
+	r := chi.NewRouter()
+	r.Use(middleware.Recoverer)
+	var opts []idem.Option
+	var metricsHandler http.Handler
+	if metrics {
+		registry := prometheus.NewRegistry()
+		exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+		if err != nil {
+			app.Fatal(err, false)
+		}
+		inst, err := idemotel.New(idemotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))))
+		if err != nil {
+			app.Fatal(err, false)
+		}
+		opts = inst.Options() // the requests counter and store latencies; logs still go to slog
+		metricsHandler = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
+	}
+	engine, err := idem.New(store, opts...)
+	if err != nil {
+		app.Fatal(err, false)
+	}
+
+	svc := orders.New()
+	r.Use(idemchi.Middleware(engine)) // POST and PATCH need an Idempotency-Key
+	r.Post("/orders", svc.Create)
+	r.Get("/orders", svc.List)
+	r.Get("/orders/{id}", func(w http.ResponseWriter, r *http.Request) { svc.Get(w, r, param(r)) })
+	r.Post("/orders/{id}/payments", func(w http.ResponseWriter, r *http.Request) { svc.Pay(w, r, param(r)) })
+	if metricsHandler != nil {
+		r.Method(http.MethodGet, "/metrics", metricsHandler) // GET: never touched by idem
+	}
+
+	if err := app.Serve(ctx, flags.Addr, r); err != nil {
+		app.Fatal(err, false)
+	}
+}
+
+func param(r *http.Request) orders.Param {
+	return func(name string) string { return chi.URLParam(r, name) }
+}

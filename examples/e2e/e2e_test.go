@@ -1,0 +1,437 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var bin string // folder of the built example programs
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "idem-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	bin = dir
+	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator),
+		"github.com/idemkit/idem/examples/fixture",
+		"github.com/idemkit/idem/examples/nethttp",
+		"github.com/idemkit/idem/examples/chi",
+		"github.com/idemkit/idem/examples/gin",
+		"github.com/idemkit/idem/examples/echo",
+		"github.com/idemkit/idem/examples/loadgen",
+	)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the examples:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running example program.
+type proc struct {
+	url string
+	cmd *exec.Cmd
+}
+
+// start runs an example program and waits for its "listening on" line.
+func start(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bin, name), append([]string{"-addr", "127.0.0.1:0"}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = &testWriter{t: t, prefix: name + ": "}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd}
+	t.Cleanup(func() { p.kill() })
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+				t.Errorf("%s printed more than one line to stdout: %q", name, sc.Text())
+			}
+		}
+	}()
+	select {
+	case line := <-lines:
+		u, ok := strings.CutPrefix(line, "listening on ")
+		if !ok {
+			t.Fatalf("%s: first line %q, want \"listening on http://...\"", name, line)
+		}
+		p.url = u
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s %q did not start listening", name, args)
+	}
+	return p
+}
+
+func (p *proc) kill() {
+	if p.cmd.ProcessState == nil {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	}
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *proc) stop(t *testing.T) int {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no exit 15s after SIGTERM")
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+type testWriter struct {
+	t      *testing.T
+	prefix string
+	mu     sync.Mutex
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t.Log(w.prefix + strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+type result struct {
+	code   int
+	header http.Header
+	body   string
+}
+
+var client = &http.Client{Timeout: 30 * time.Second}
+
+func call(t *testing.T, method, u, key, body string, hdr ...string) result {
+	t.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{resp.StatusCode, resp.Header, string(b)}
+}
+
+func (r result) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
+
+func counter(t *testing.T, p *proc) int {
+	t.Helper()
+	var c struct{ Count int }
+	if err := json.Unmarshal([]byte(call(t, "GET", p.url+"/counter", "", "").body), &c); err != nil {
+		t.Fatal(err)
+	}
+	return c.Count
+}
+
+func randomName() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// --- the memory store -----------------------------------------------------
+
+func TestFixtureEveryFramework(t *testing.T) {
+	for _, fw := range []string{"gin", "echo", "chi", "nethttp"} {
+		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
+			p := start(t, "fixture", "-framework", fw)
+			first := call(t, "POST", p.url+"/echo", "k1", "hello", "Content-Type", "text/plain")
+			retry := call(t, "POST", p.url+"/echo", "k1", "hello", "Content-Type", "text/plain")
+			if first.code != 201 || first.replayed() || retry.code != 201 || !retry.replayed() || retry.body != "hello" {
+				t.Errorf("first %d %q, retry %d %q replayed=%v", first.code, first.body, retry.code, retry.body, retry.replayed())
+			}
+			if r := call(t, "POST", p.url+"/echo", "k1", "other"); r.code != 422 {
+				t.Errorf("other body: %d", r.code)
+			}
+			if r := call(t, "POST", p.url+"/items/1", "k1", ""); r.code != 201 {
+				t.Errorf("same key, other route: %d", r.code)
+			}
+			if r := call(t, "POST", p.url+"/items/2", "k1", ""); r.code != 422 {
+				t.Errorf("same key, same template, other path: %d", r.code)
+			}
+			if r := call(t, "POST", p.url+"/panic", "p", ""); r.code != 500 {
+				t.Errorf("panic: %d", r.code)
+			}
+			if n := counter(t, p); n != 3 {
+				t.Errorf("counter %d, want 3", n)
+			}
+			if r := call(t, "POST", p.url+"/reset", "", ""); r.code != 204 || counter(t, p) != 0 {
+				t.Errorf("reset: %d", r.code)
+			}
+			if code := p.stop(t); code != 0 {
+				t.Errorf("exit code %d after SIGTERM", code)
+			}
+		})
+	}
+}
+
+func TestFixtureBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-framework", "flask"},
+		{"-store", "mongo"},
+		{"-on-conflict", "maybe"},
+		{"-ttl", "-1s"},
+		{"-max-response", "-5"},
+		{"-lease", "soon"},
+	} {
+		cmd := exec.Command(filepath.Join(bin, "fixture"), args...)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || len(out) == 0 {
+			t.Errorf("%q: exit %d, output %q; want 2 and a message", args, code, out)
+		}
+	}
+}
+
+func TestOrdersExamples(t *testing.T) {
+	for _, ex := range []string{"nethttp", "chi", "gin", "echo"} {
+		t.Run(ex, func(t *testing.T) {
+			t.Parallel()
+			checkOrders(t, start(t, ex))
+		})
+	}
+}
+
+func checkOrders(t *testing.T, p *proc) {
+	t.Helper()
+	order := `{"item":"book","quantity":2}`
+	first := call(t, "POST", p.url+"/orders", "o-"+randomName(), order, "Content-Type", "application/json")
+	if first.code != 201 || first.header.Get("Location") == "" {
+		t.Fatalf("create: %d %v %q", first.code, first.header, first.body)
+	}
+	key := "o-" + randomName()
+	a := call(t, "POST", p.url+"/orders", key, order)
+	b := call(t, "POST", p.url+"/orders", key, order)
+	if a.code != 201 || !b.replayed() || a.body != b.body || a.header.Get("Location") != b.header.Get("Location") {
+		t.Errorf("retry not replayed: %d %q / %d %q", a.code, a.body, b.code, b.body)
+	}
+	if r := call(t, "POST", p.url+"/orders", "", order); r.code != 400 {
+		t.Errorf("no key: %d", r.code)
+	}
+	bad := "bad-" + randomName()
+	if r1, r2 := call(t, "POST", p.url+"/orders", bad, `{"item":"x","quantity":0}`), call(t, "POST", p.url+"/orders", bad, `{"item":"x","quantity":0}`); r1.code != 400 || !r2.replayed() {
+		t.Errorf("a 400 from the handler is stored and replayed: %d, %d %v", r1.code, r2.code, r2.replayed())
+	}
+	var o struct{ ID string }
+	json.Unmarshal([]byte(a.body), &o)
+	pay := call(t, "POST", p.url+"/orders/"+o.ID+"/payments", "pay-"+randomName(), `{"amount":12.5}`)
+	if pay.code != 201 {
+		t.Errorf("payment: %d %q", pay.code, pay.body)
+	}
+	if r := call(t, "POST", p.url+"/orders/nope/payments", "pay-"+randomName(), `{"amount":1}`); r.code != 404 {
+		t.Errorf("payment on an unknown order: %d", r.code)
+	}
+	if r := call(t, "GET", p.url+"/orders/"+o.ID, "", ""); r.code != 200 {
+		t.Errorf("get: %d", r.code)
+	}
+	if r := call(t, "GET", p.url+"/orders/nope", "", ""); r.code != 404 {
+		t.Errorf("get unknown: %d", r.code)
+	}
+	var list []any
+	if r := call(t, "GET", p.url+"/orders", "", ""); r.code != 200 || json.Unmarshal([]byte(r.body), &list) != nil || len(list) != 2 {
+		t.Errorf("list: %d %q", r.code, r.body)
+	}
+}
+
+func TestLoadgen(t *testing.T) {
+	p := start(t, "chi")
+	for _, keys := range []string{"unique", "hot"} {
+		out, err := exec.Command(filepath.Join(bin, "loadgen"), "-url", p.url+"/orders", "-keys", keys,
+			"-duration", "300ms", "-concurrency", "4").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "201:") || strings.Contains(string(out), "errors 0,") == false {
+			t.Errorf("loadgen -keys %s: %v: %s", keys, err, out)
+		}
+	}
+	out, err := exec.Command(filepath.Join(bin, "loadgen"), "-url", "http://192.0.2.1:80/orders", "-duration", "1ms").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "loopback") {
+		t.Errorf("loadgen accepted a non-loopback target: %v %s", err, out)
+	}
+}
+
+// --- Redis and PostgreSQL -------------------------------------------------
+
+// reachable skips the test when the server of rawURL does not answer, or
+// fails it when CI is set.
+func reachable(t *testing.T, env, def string) string {
+	t.Helper()
+	raw := os.Getenv(env)
+	if raw == "" {
+		raw = def
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", env, err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s (%s) unreachable and CI is set: %v", env, u.Host, err)
+		}
+		t.Skipf("%s (%s) unreachable: %v", env, u.Host, err)
+	}
+	conn.Close()
+	return raw
+}
+
+const (
+	redisDefault    = "redis://127.0.0.1:6379/0"
+	postgresDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+)
+
+// storeArgs returns the flags that put a program on a fresh, private part
+// of the shared store.
+func storeArgs(t *testing.T, store string) []string {
+	t.Helper()
+	switch store {
+	case "redis":
+		u := reachable(t, "IDEM_TEST_REDIS_URL", redisDefault)
+		return []string{"-store", "redis", "-redis-url", u, "-redis-prefix", "e2e-" + randomName() + ":"}
+	default:
+		u := reachable(t, "IDEM_TEST_POSTGRES_URL", postgresDefault)
+		table := "e2e_" + randomName()
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if conn, err := pgx.Connect(ctx, u); err == nil {
+				conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+				conn.Close(ctx)
+			}
+		})
+		return []string{"-store", "postgres", "-postgres-url", u, "-pg-table", table}
+	}
+}
+
+func TestSharedStores(t *testing.T) {
+	for _, store := range []string{"redis", "postgres"} {
+		t.Run(store, func(t *testing.T) {
+			t.Run("orders examples", func(t *testing.T) {
+				for _, ex := range []string{"chi", "gin", "echo", "nethttp"} {
+					checkOrders(t, start(t, ex, storeArgs(t, store)...))
+				}
+			})
+			t.Run("retry on another process is replayed", func(t *testing.T) {
+				args := storeArgs(t, store)
+				a := start(t, "fixture", append([]string{"-framework", "gin"}, args...)...)
+				b := start(t, "fixture", append([]string{"-framework", "echo"}, args...)...)
+				first := call(t, "POST", a.url+"/items/7", "shared", "")
+				retry := call(t, "POST", b.url+"/items/7", "shared", "")
+				if first.code != 201 || retry.code != 201 || !retry.replayed() || retry.body != "item:7" {
+					t.Errorf("first %d, retry on the other %d %q replayed=%v", first.code, retry.code, retry.body, retry.replayed())
+				}
+				if counter(t, a)+counter(t, b) != 1 {
+					t.Errorf("handler ran %d+%d times", counter(t, a), counter(t, b))
+				}
+			})
+			t.Run("20 concurrent duplicates over two processes run once", func(t *testing.T) {
+				args := storeArgs(t, store)
+				procs := []*proc{start(t, "fixture", args...), start(t, "fixture", args...)}
+				var wg sync.WaitGroup
+				codes := make([]int, 20)
+				for i := range codes {
+					wg.Go(func() {
+						codes[i] = call(t, "POST", procs[i%2].url+"/slow?ms=300", "dup", "").code
+					})
+				}
+				wg.Wait()
+				if n := counter(t, procs[0]) + counter(t, procs[1]); n != 1 {
+					t.Errorf("handler ran %d times over both processes, want 1 (codes %v)", n, codes)
+				}
+				for _, c := range codes {
+					if c != 200 && c != 409 {
+						t.Errorf("codes %v: want only 200 and 409", codes)
+						break
+					}
+				}
+			})
+			t.Run("a process killed mid-request blocks until its lease ends", func(t *testing.T) {
+				args := append(storeArgs(t, store), "-lease", "3s")
+				a := start(t, "fixture", args...)
+				b := start(t, "fixture", args...)
+				go func() {
+					req, _ := http.NewRequest("POST", a.url+"/slow?ms=20000", nil)
+					req.Header.Set("Idempotency-Key", "doomed")
+					if resp, err := client.Do(req); err == nil {
+						resp.Body.Close()
+					}
+				}()
+				deadline := time.Now().Add(10 * time.Second)
+				for counter(t, a) == 0 {
+					if time.Now().After(deadline) {
+						t.Fatal("the first request never reached the handler")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				killed := time.Now()
+				a.cmd.Process.Signal(syscall.SIGKILL)
+				a.cmd.Wait()
+				r := call(t, "POST", b.url+"/slow?ms=20000", "doomed", "")
+				if r.code != 409 {
+					t.Fatalf("retry while the dead claim's lease runs: %d, want 409", r.code)
+				}
+				if ra, _ := strconv.Atoi(r.header.Get("Retry-After")); ra < 1 || ra > 3 {
+					t.Errorf("Retry-After %q, want 1 to 3 seconds", r.header.Get("Retry-After"))
+				}
+				time.Sleep(time.Until(killed.Add(3500 * time.Millisecond)))
+				// The lease has ended: the next retry takes the claim over. A
+				// short request with another query would be a 422; the same
+				// request runs (cut short by the test's client is fine).
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "POST", b.url+"/slow?ms=20000", nil)
+				req.Header.Set("Idempotency-Key", "doomed")
+				if resp, err := client.Do(req); err == nil {
+					resp.Body.Close()
+				}
+				if n := counter(t, b); n != 1 {
+					t.Errorf("after the lease the retry was not taken over: handler ran %d times on the survivor", n)
+				}
+			})
+		})
+	}
+}

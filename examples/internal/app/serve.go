@@ -1,0 +1,46 @@
+// Package app holds what every example program shares: the store flags,
+// opening the chosen store, and serving until SIGINT or SIGTERM.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// Serve listens on addr, prints exactly one line "listening on
+// http://HOST:PORT" to stdout once it accepts connections, and serves h
+// until ctx ends or the process gets SIGINT or SIGTERM; then it shuts down
+// gracefully, letting requests in flight finish (up to 10 seconds).
+func Serve(ctx context.Context, addr string, h http.Handler) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	fmt.Printf("listening on http://%s\n", ln.Addr())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,319 @@
+package redisstore
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+)
+
+// recordKey returns the Redis key of the record for (scope, key) and the
+// record's id, the 32 hex digits of the key's hash tag:
+//
+//	prefix + "{" + hex(SHA-256(len(scope) ":" scope key))[:32] + "}"
+//
+// The length prefix makes the encoding unambiguous: ("a", "bc") and
+// ("ab", "c") hash different inputs. 128 bits of the hash leave no
+// practical chance of two pairs sharing a key. The id is also the payload
+// of notifications.
+func recordKey(prefix, scope, key string) (k, id string) {
+	var buf [256]byte
+	in := strconv.AppendInt(buf[:0], int64(len(scope)), 10)
+	in = append(in, ':')
+	in = append(in, scope...)
+	in = append(in, key...)
+	sum := sha256.Sum256(in)
+	out := make([]byte, len(prefix)+2+idLen)
+	n := copy(out, prefix)
+	out[n] = '{'
+	hex.Encode(out[n+1:], sum[:idLen/2])
+	out[len(out)-1] = '}'
+	k = string(out)
+	return k, k[n+1 : n+1+idLen]
+}
+
+// idLen is the length of a record id in hex digits.
+const idLen = 32
+
+// A record is one Redis string. It starts with a fixed-width ASCII header
+// that the scripts read with string.sub; the rest is read by Go only.
+//
+//	offset  size  field
+//	0       1     state: '1' in progress, '2' completed
+//	1       20    lease end (all zeros once completed)
+//	21      20    expires at
+//	41      20    created at
+//	61      5     token length n, decimal (00000 once completed)
+//	66      n     token
+//	66+n          fingerprint: uvarint length, bytes
+//	              completed only, the response:
+//	                uvarint status
+//	                flags byte: flagOmitted, flagHeader, flagBody
+//	                with flagHeader: uvarint length, encodeHeader bytes
+//	                the body: every remaining byte
+//
+// Times are the engine's Unix nanoseconds with the sign bit flipped, as 20
+// zero-padded decimal digits, so that comparing two of them as strings
+// compares the times: Lua numbers are doubles and cannot hold nanoseconds
+// since 1970 exactly. A later format can use other state bytes.
+const (
+	offLease   = 1
+	offExpires = 21
+	offCreated = 41
+	offTokLen  = 61
+	offToken   = 66
+	timeLen    = 20
+	tokLenLen  = 5
+	maxToken   = 99999
+)
+
+// Response flags.
+const (
+	flagOmitted = 1 << iota
+	flagHeader
+	flagBody
+)
+
+// appendTime appends t in the header's time encoding.
+func appendTime(b []byte, t time.Time) []byte {
+	u := uint64(t.UnixNano()) ^ (1 << 63)
+	var d [timeLen]byte
+	for i := timeLen - 1; i >= 0; i-- {
+		d[i] = byte('0' + u%10)
+		u /= 10
+	}
+	return append(b, d[:]...)
+}
+
+// formatTime returns t in the header's time encoding.
+func formatTime(t time.Time) string {
+	return string(appendTime(make([]byte, 0, timeLen), t))
+}
+
+func parseTime(s string) (time.Time, error) {
+	u, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || len(s) != timeLen {
+		return time.Time{}, fmt.Errorf("bad time %q", s)
+	}
+	return time.Unix(0, int64(u^(1<<63))), nil
+}
+
+// newClaimRecord encodes the in-progress record a claim leaves.
+func newClaimRecord(c *idem.Claim) string {
+	b := make([]byte, 0, offToken+len(c.Token)+binary.MaxVarintLen64+len(c.Fingerprint))
+	b = append(b, '1')
+	b = appendTime(b, c.LeaseEnd)
+	b = appendTime(b, c.LeaseEnd)
+	b = appendTime(b, c.Now)
+	b = fmt.Appendf(b, "%05d", len(c.Token))
+	b = append(b, c.Token...)
+	b = binary.AppendUvarint(b, uint64(len(c.Fingerprint)))
+	b = append(b, c.Fingerprint...)
+	return string(b)
+}
+
+// encodeResponseHead encodes the response up to its body, which the
+// complete script appends.
+func encodeResponseHead(resp *idem.Response) []byte {
+	var h []byte
+	var flags byte
+	if resp.BodyOmitted {
+		flags |= flagOmitted
+	}
+	if resp.Header != nil {
+		flags |= flagHeader
+		h = encodeHeader(resp.Header)
+	}
+	if resp.Body != nil {
+		flags |= flagBody
+	}
+	b := make([]byte, 0, 2*binary.MaxVarintLen64+1+len(h))
+	b = binary.AppendUvarint(b, uint64(resp.Status))
+	b = append(b, flags)
+	if flags&flagHeader != 0 {
+		b = binary.AppendUvarint(b, uint64(len(h)))
+		b = append(b, h...)
+	}
+	return b
+}
+
+// ttlMillis returns the Redis TTL, in whole milliseconds rounded up, for a
+// key that must live from now until end on the engine's clock. Rounding up
+// means Redis never drops a record before the engine considers it expired;
+// the scripts compare against the engine's now for the exact cut-off.
+func ttlMillis(now, end time.Time) int64 {
+	d := end.Sub(now)
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	if ms < 1 {
+		ms = 1
+	}
+	return ms
+}
+
+// uvarint reads an unsigned varint from the front of s.
+func uvarint(s string) (uint64, string, bool) {
+	var x uint64
+	var shift uint
+	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
+		c := s[i]
+		if c < 0x80 {
+			if i == binary.MaxVarintLen64-1 && c > 1 {
+				return 0, "", false
+			}
+			return x | uint64(c)<<shift, s[i+1:], true
+		}
+		x |= uint64(c&0x7f) << shift
+		shift += 7
+	}
+	return 0, "", false
+}
+
+// chunk reads a uvarint length and that many bytes from the front of s.
+func chunk(s string) (string, string, bool) {
+	n, rest, ok := uvarint(s)
+	if !ok || n > uint64(len(rest)) {
+		return "", "", false
+	}
+	return rest[:n], rest[n:], true
+}
+
+// decodeRecord decodes a record as the claim script or GET returns it.
+func decodeRecord(v string) (idem.Record, error) {
+	var rec idem.Record
+	if len(v) < offToken {
+		return rec, fmt.Errorf("%d bytes, shorter than the header", len(v))
+	}
+	switch v[0] {
+	case '1':
+		rec.State = idem.StateInProgress
+	case '2':
+		rec.State = idem.StateCompleted
+	default:
+		return rec, fmt.Errorf("state byte %q", v[0])
+	}
+	var err error
+	if rec.ExpiresAt, err = parseTime(v[offExpires : offExpires+timeLen]); err != nil {
+		return rec, err
+	}
+	if rec.CreatedAt, err = parseTime(v[offCreated : offCreated+timeLen]); err != nil {
+		return rec, err
+	}
+	if rec.State == idem.StateInProgress {
+		if rec.LeaseEnd, err = parseTime(v[offLease : offLease+timeLen]); err != nil {
+			return rec, err
+		}
+	}
+	n, err := strconv.ParseUint(v[offTokLen:offTokLen+tokLenLen], 10, 32)
+	if err != nil || offToken+int(n) > len(v) {
+		return rec, fmt.Errorf("bad token length %q", v[offTokLen:offTokLen+tokLenLen])
+	}
+	rest := v[offToken+int(n):]
+	var ok bool
+	if rec.Fingerprint, rest, ok = chunk(rest); !ok {
+		return rec, errors.New("bad fingerprint")
+	}
+	if rec.State == idem.StateInProgress {
+		return rec, nil
+	}
+	resp := &idem.Response{}
+	status, rest, ok := uvarint(rest)
+	if !ok || status > 999 || len(rest) == 0 {
+		return rec, errors.New("bad response status")
+	}
+	resp.Status = int(status)
+	flags := rest[0]
+	rest = rest[1:]
+	resp.BodyOmitted = flags&flagOmitted != 0
+	if flags&flagHeader != 0 {
+		var h string
+		if h, rest, ok = chunk(rest); !ok {
+			return rec, errBadHeader
+		}
+		if resp.Header, err = decodeHeader(h); err != nil {
+			return rec, err
+		}
+	}
+	if flags&flagBody != 0 {
+		resp.Body = []byte(rest)
+	} else if rest != "" {
+		return rec, errors.New("bytes after a nil body")
+	}
+	rec.Response = resp
+	return rec, nil
+}
+
+// Header encoding: a version byte (1), then the number of names, then for
+// each name in sorted order its length and bytes, the number of values and
+// each value's length and bytes. Lengths and counts are unsigned varints.
+// Names and values are kept byte for byte, including empty values, values
+// that are not UTF-8, and names with no values.
+const headerFormat = 1
+
+func encodeHeader(h http.Header) []byte {
+	size := 1 + binary.MaxVarintLen64
+	names := make([]string, 0, len(h))
+	for name, vals := range h {
+		names = append(names, name)
+		size += 2*binary.MaxVarintLen64 + len(name)
+		for _, v := range vals {
+			size += binary.MaxVarintLen64 + len(v)
+		}
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, size)
+	b = append(b, headerFormat)
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, name := range names {
+		vals := h[name]
+		b = binary.AppendUvarint(b, uint64(len(name)))
+		b = append(b, name...)
+		b = binary.AppendUvarint(b, uint64(len(vals)))
+		for _, v := range vals {
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+var errBadHeader = errors.New("malformed header encoding")
+
+func decodeHeader(s string) (http.Header, error) {
+	if len(s) == 0 || s[0] != headerFormat {
+		return nil, errBadHeader
+	}
+	p := s[1:]
+	count, p, ok := uvarint(p)
+	if !ok || count > uint64(len(p)) {
+		return nil, errBadHeader
+	}
+	h := make(http.Header, count)
+	for range count {
+		var name string
+		if name, p, ok = chunk(p); !ok {
+			return nil, errBadHeader
+		}
+		var nv uint64
+		if nv, p, ok = uvarint(p); !ok || nv > uint64(len(p)) {
+			return nil, errBadHeader
+		}
+		vals := make([]string, nv)
+		for i := range vals {
+			if vals[i], p, ok = chunk(p); !ok {
+				return nil, errBadHeader
+			}
+		}
+		h[name] = vals
+	}
+	if len(p) != 0 {
+		return nil, errBadHeader
+	}
+	return h, nil
+}

@@ -1,0 +1,51 @@
+package redisstore
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/idemkit/idem/conformance"
+	idem "github.com/idemkit/idem/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestConformance runs the shared store suite against the Redis server at
+// IDEM_TEST_REDIS_URL, each subtest under its own key prefix.
+func TestConformance(t *testing.T) {
+	client := testClient(t)
+	conformance.RunStore(t, func(t *testing.T) idem.Store { return newTestStore(t, client) })
+}
+
+// TestConformanceScriptClaims runs the suite with every claim going
+// through the claim script, which must be right on its own: the fast path
+// only ever hands it the cases it cannot settle.
+func TestConformanceScriptClaims(t *testing.T) {
+	client := testClient(t)
+	conformance.RunStore(t, func(t *testing.T) idem.Store {
+		s := newTestStore(t, client)
+		s.scriptClaims = true
+		return s
+	})
+}
+
+// TestConformanceCluster runs the shared store suite against a three-node
+// Redis Cluster that the test starts on loopback ports and tears down.
+func TestConformanceCluster(t *testing.T) {
+	client := startCluster(t)
+	conformance.RunStore(t, func(t *testing.T) idem.Store { return newTestStore(t, client) })
+}
+
+// TestHTTP runs the HTTP behaviour suite through the core's net/http
+// middleware on Redis, on one server and on the cluster.
+func TestHTTP(t *testing.T) {
+	for name, client := range map[string]redis.UniversalClient{"single": testClient(t), "cluster": startCluster(t)} {
+		t.Run(name, func(t *testing.T) {
+			conformance.RunHTTP(t, conformance.Harness{
+				NewStore: func(t *testing.T) idem.Store { return newTestStore(t, client) },
+				Handler: func(t *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
+					return f.ServeMux(e.Middleware)
+				},
+			})
+		})
+	}
+}

@@ -1,0 +1,453 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// testContract checks the store contract of core/store.go, with an
+// emphasis on what is specific to this store (nanosecond time comparisons
+// inside Lua, binary-safe records, notifications through Pub/Sub). It
+// complements conformance.RunStore.
+func testContract(t *testing.T, newStore func(t *testing.T) *Store) {
+	// base has a nanosecond part on purpose: the scripts must compare
+	// times exactly, which Lua numbers (doubles) cannot.
+	base := time.Now().Truncate(time.Second).Add(123456789)
+	const lease = 5 * time.Minute
+	const retention = 24 * time.Hour
+
+	claim := func(t *testing.T, s *Store, key, fp, token string, now time.Time) idem.ClaimResult {
+		t.Helper()
+		res, err := s.Claim(t.Context(), idem.Claim{
+			Scope: "scope", Key: key, Fingerprint: fp, Token: token, Now: now, LeaseEnd: now.Add(lease),
+		})
+		if err != nil {
+			t.Fatalf("Claim: %v", err)
+		}
+		if res.Acquired == (res.Existing != nil) {
+			t.Fatalf("Claim: Acquired=%v with Existing=%v", res.Acquired, res.Existing)
+		}
+		return res
+	}
+	resp := idem.Response{
+		Status: 201,
+		Header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "", "b"}},
+		Body:   []byte(`{"id":1}`),
+	}
+
+	t.Run("ClaimThenExisting", func(t *testing.T) {
+		s := newStore(t)
+		if res := claim(t, s, "k", "fp1", "tok1", base); !res.Acquired {
+			t.Fatal("first claim not acquired")
+		}
+		res := claim(t, s, "k", "fp2", "tok2", base.Add(time.Second))
+		if res.Acquired {
+			t.Fatal("second claim acquired while the first holds the lease")
+		}
+		want := idem.Record{
+			Fingerprint: "fp1", State: idem.StateInProgress,
+			CreatedAt: base, LeaseEnd: base.Add(lease), ExpiresAt: base.Add(lease),
+		}
+		checkRecord(t, *res.Existing, want)
+	})
+
+	t.Run("LeaseBoundaryNanosecond", func(t *testing.T) {
+		s := newStore(t)
+		claim(t, s, "k", "fp", "tok1", base)
+		end := base.Add(lease)
+		if res := claim(t, s, "k", "fp", "tok2", end.Add(-time.Nanosecond)); res.Acquired {
+			t.Fatal("claim 1ns before the lease end was acquired")
+		}
+		if err := s.Complete(t.Context(), "scope", "k", "tok1", resp, end.Add(-time.Nanosecond), end.Add(retention)); err != nil {
+			t.Fatalf("Complete 1ns before the lease end: %v", err)
+		}
+		exp := end.Add(retention)
+		if res := claim(t, s, "k", "fp", "tok3", exp.Add(-time.Nanosecond)); res.Acquired {
+			t.Fatal("claim 1ns before expiry was acquired")
+		}
+		if res := claim(t, s, "k", "fp", "tok3", exp); !res.Acquired {
+			t.Fatal("claim at expiry was not acquired")
+		}
+	})
+
+	t.Run("TakeoverAfterLease", func(t *testing.T) {
+		s := newStore(t)
+		claim(t, s, "k", "fp", "old", base)
+		end := base.Add(lease)
+		if err := s.Complete(t.Context(), "scope", "k", "old", resp, end, end.Add(retention)); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Complete at the lease end = %v, want ErrLeaseLost", err)
+		}
+		if res := claim(t, s, "k", "fp", "new", end); !res.Acquired {
+			t.Fatal("claim at the lease end was not acquired")
+		}
+		if err := s.Release(t.Context(), "scope", "k", "old"); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Release with the old token = %v, want ErrLeaseLost", err)
+		}
+		if err := s.Complete(t.Context(), "scope", "k", "old", resp, end, end.Add(retention)); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Complete with the old token = %v, want ErrLeaseLost", err)
+		}
+		if err := s.Extend(t.Context(), "scope", "k", "old", end, end.Add(lease)); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Extend with the old token = %v, want ErrLeaseLost", err)
+		}
+		if err := s.Complete(t.Context(), "scope", "k", "new", resp, end, end.Add(retention)); err != nil {
+			t.Fatalf("Complete by the new owner: %v", err)
+		}
+	})
+
+	t.Run("CompleteAndReplay", func(t *testing.T) {
+		s := newStore(t)
+		claim(t, s, "k", "fp", "tok", base)
+		now := base.Add(time.Second)
+		exp := now.Add(retention)
+		if err := s.Complete(t.Context(), "scope", "k", "tok", resp, now, exp); err != nil {
+			t.Fatal(err)
+		}
+		res := claim(t, s, "k", "fp", "tok2", now.Add(time.Hour))
+		if res.Acquired {
+			t.Fatal("claim of a completed record was acquired")
+		}
+		checkRecord(t, *res.Existing, idem.Record{
+			Fingerprint: "fp", State: idem.StateCompleted, Response: &resp,
+			CreatedAt: base, ExpiresAt: exp,
+		})
+		// Second Complete, Release and Extend on a completed record fail.
+		if err := s.Complete(t.Context(), "scope", "k", "tok", resp, now, exp); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("second Complete = %v, want ErrLeaseLost", err)
+		}
+		if err := s.Release(t.Context(), "scope", "k", "tok"); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Release of a completed record = %v, want ErrLeaseLost", err)
+		}
+		if err := s.Extend(t.Context(), "scope", "k", "tok", now, now.Add(lease)); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Extend of a completed record = %v, want ErrLeaseLost", err)
+		}
+		if _, ok, err := s.Get(t.Context(), "scope", "k", now); err != nil || !ok {
+			t.Fatalf("completed record gone after a refused Release: ok=%v err=%v", ok, err)
+		}
+	})
+
+	t.Run("WrongToken", func(t *testing.T) {
+		s := newStore(t)
+		claim(t, s, "k", "fp", "tok", base)
+		for name, err := range map[string]error{
+			"Complete": s.Complete(t.Context(), "scope", "k", "other", resp, base, base.Add(retention)),
+			"Release":  s.Release(t.Context(), "scope", "k", "other"),
+			"Extend":   s.Extend(t.Context(), "scope", "k", "other", base, base.Add(time.Hour)),
+		} {
+			if !errors.Is(err, idem.ErrLeaseLost) {
+				t.Errorf("%s with another token = %v, want ErrLeaseLost", name, err)
+			}
+		}
+		// No record at all.
+		if err := s.Complete(t.Context(), "scope", "none", "tok", resp, base, base.Add(retention)); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Errorf("Complete without a record = %v, want ErrLeaseLost", err)
+		}
+		if err := s.Release(t.Context(), "scope", "none", "tok"); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Errorf("Release without a record = %v, want ErrLeaseLost", err)
+		}
+		rec, ok, err := s.Get(t.Context(), "scope", "k", base)
+		if err != nil || !ok || rec.State != idem.StateInProgress {
+			t.Fatalf("record changed by refused calls: %+v ok=%v err=%v", rec, ok, err)
+		}
+	})
+
+	t.Run("Release", func(t *testing.T) {
+		s := newStore(t)
+		claim(t, s, "k", "fp", "tok", base)
+		if err := s.Release(t.Context(), "scope", "k", "tok"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := s.Get(t.Context(), "scope", "k", base); ok {
+			t.Fatal("record still there after Release")
+		}
+		if res := claim(t, s, "k", "fp", "tok2", base); !res.Acquired {
+			t.Fatal("claim after Release not acquired")
+		}
+	})
+
+	t.Run("Extend", func(t *testing.T) {
+		s := newStore(t)
+		claim(t, s, "k", "fp", "tok", base)
+		now := base.Add(lease - time.Second)
+		newEnd := now.Add(lease)
+		if err := s.Extend(t.Context(), "scope", "k", "tok", now, newEnd); err != nil {
+			t.Fatal(err)
+		}
+		rec, ok, err := s.Get(t.Context(), "scope", "k", now)
+		if err != nil || !ok {
+			t.Fatalf("Get: ok=%v err=%v", ok, err)
+		}
+		checkRecord(t, rec, idem.Record{Fingerprint: "fp", State: idem.StateInProgress, CreatedAt: base, LeaseEnd: newEnd, ExpiresAt: newEnd})
+		if res := claim(t, s, "k", "fp", "tok2", base.Add(lease)); res.Acquired {
+			t.Fatal("claim at the old lease end acquired an extended claim")
+		}
+		if err := s.Extend(t.Context(), "scope", "k", "tok", newEnd, newEnd.Add(lease)); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Extend at the lease end = %v, want ErrLeaseLost", err)
+		}
+	})
+
+	t.Run("Get", func(t *testing.T) {
+		s := newStore(t)
+		if _, ok, err := s.Get(t.Context(), "scope", "k", base); ok || err != nil {
+			t.Fatalf("Get without a record: ok=%v err=%v", ok, err)
+		}
+		claim(t, s, "k", "fp", "tok", base)
+		if _, ok, _ := s.Get(t.Context(), "scope", "k", base.Add(lease)); ok {
+			t.Fatal("Get returned an in-progress record past its lease")
+		}
+		exp := base.Add(retention)
+		if err := s.Complete(t.Context(), "scope", "k", "tok", resp, base, exp); err != nil {
+			t.Fatal(err)
+		}
+		rec, ok, err := s.Get(t.Context(), "scope", "k", exp.Add(-time.Nanosecond))
+		if err != nil || !ok {
+			t.Fatalf("Get: ok=%v err=%v", ok, err)
+		}
+		checkRecord(t, rec, idem.Record{Fingerprint: "fp", State: idem.StateCompleted, Response: &resp, CreatedAt: base, ExpiresAt: exp})
+		if _, ok, _ := s.Get(t.Context(), "scope", "k", exp); ok {
+			t.Fatal("Get returned a record at its expiry")
+		}
+	})
+
+	t.Run("Delete", func(t *testing.T) {
+		s := newStore(t)
+		if ok, err := s.Delete(t.Context(), "scope", "k"); ok || err != nil {
+			t.Fatalf("Delete without a record = %v, %v", ok, err)
+		}
+		claim(t, s, "k", "fp", "tok", base)
+		if err := s.Complete(t.Context(), "scope", "k", "tok", resp, base, base.Add(retention)); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.Delete(t.Context(), "scope", "k"); !ok || err != nil {
+			t.Fatalf("Delete = %v, %v", ok, err)
+		}
+		if res := claim(t, s, "k", "fp", "tok2", base); !res.Acquired {
+			t.Fatal("claim after Delete not acquired")
+		}
+	})
+
+	t.Run("Identity", func(t *testing.T) {
+		s := newStore(t)
+		pairs := [][2]string{{"a", "bc"}, {"ab", "c"}, {"", "abc"}, {"abc", "x"}, {"1:a", "b"}, {"{", "}"}, {"\x00", "k"}}
+		for _, p := range pairs {
+			res, err := s.Claim(t.Context(), idem.Claim{Scope: p[0], Key: p[1], Fingerprint: p[0] + "|" + p[1], Token: "t", Now: base, LeaseEnd: base.Add(lease)})
+			if err != nil || !res.Acquired {
+				t.Fatalf("Claim(%q, %q): acquired=%v err=%v", p[0], p[1], res.Acquired, err)
+			}
+		}
+		for _, p := range pairs {
+			rec, ok, err := s.Get(t.Context(), p[0], p[1], base)
+			if err != nil || !ok || rec.Fingerprint != p[0]+"|"+p[1] {
+				t.Fatalf("Get(%q, %q) = %+v, %v, %v", p[0], p[1], rec, ok, err)
+			}
+		}
+	})
+
+	t.Run("ConcurrentClaims", func(t *testing.T) {
+		s := newStore(t)
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Go(func() {
+				res, err := s.Claim(context.Background(), idem.Claim{Scope: "scope", Key: "k", Fingerprint: "fp", Token: fmt.Sprint(i), Now: base, LeaseEnd: base.Add(lease)})
+				if err != nil {
+					t.Error(err)
+				}
+				if res.Acquired {
+					wins.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("%d of 20 concurrent claims acquired, want 1", n)
+		}
+	})
+
+	t.Run("CancelledContext", func(t *testing.T) {
+		s := newStore(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := s.Claim(ctx, idem.Claim{Scope: "scope", Key: "k", Fingerprint: "fp", Token: "t", Now: base, LeaseEnd: base.Add(lease)}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Claim with a cancelled context = %v", err)
+		}
+		if _, _, err := s.Watch(ctx, "scope", "k"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Watch with a cancelled context = %v", err)
+		}
+	})
+
+	t.Run("Watch", func(t *testing.T) {
+		s := newStore(t)
+		steps := []struct {
+			name string
+			do   func(t *testing.T, key string)
+		}{
+			{"Complete", func(t *testing.T, key string) {
+				if err := s.Complete(t.Context(), "scope", key, "tok", resp, base, base.Add(retention)); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{"Release", func(t *testing.T, key string) {
+				if err := s.Release(t.Context(), "scope", key, "tok"); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{"Delete", func(t *testing.T, key string) {
+				if ok, err := s.Delete(t.Context(), "scope", key); !ok || err != nil {
+					t.Fatal(ok, err)
+				}
+			}},
+		}
+		for _, step := range steps {
+			t.Run(step.name, func(t *testing.T) {
+				key := "watch-" + step.name
+				claim(t, s, key, "fp", "tok", base)
+				ch, stop, err := s.Watch(t.Context(), "scope", key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer stop()
+				other, stopOther, err := s.Watch(t.Context(), "scope", "unrelated")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer stopOther()
+				step.do(t, key)
+				select {
+				case <-ch:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("watch not woken by %s", step.name)
+				}
+				select {
+				case <-other:
+					t.Fatalf("watch of another key woken by %s", step.name)
+				case <-time.After(50 * time.Millisecond):
+				}
+			})
+		}
+	})
+
+	t.Run("WatchShared", func(t *testing.T) {
+		s := newStore(t)
+		const n = 1000
+		chans := make([]<-chan struct{}, n)
+		for i := range n {
+			ch, stop, err := s.Watch(t.Context(), "scope", fmt.Sprint("k", i%10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			chans[i] = ch
+		}
+		if got := numSub(t, s); got != 1 {
+			t.Fatalf("%d subscriptions on %s for %d watches, want 1", got, s.Channel(), n)
+		}
+		if ok, err := s.Delete(t.Context(), "scope", "k3"); ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		claim(t, s, "k3", "fp", "tok", base)
+		if ok, err := s.Delete(t.Context(), "scope", "k3"); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		for i, ch := range chans {
+			want := i%10 == 3
+			select {
+			case <-ch:
+				if !want {
+					t.Fatalf("watch %d (k%d) woken", i, i%10)
+				}
+			case <-time.After(time.Duration(map[bool]int{true: 5000, false: 0}[want]) * time.Millisecond):
+				if want {
+					t.Fatalf("watch %d (k3) not woken", i)
+				}
+			}
+		}
+	})
+
+	t.Run("WatchStopAndClose", func(t *testing.T) {
+		s := newStore(t)
+		ch, stop, err := s.Watch(t.Context(), "scope", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		stop() // idempotent
+		ch2, stop2, err := s.Watch(t.Context(), "scope", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop2()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch2:
+		case <-time.After(time.Second):
+			t.Fatal("Close did not wake a pending watch")
+		}
+		select {
+		case <-ch:
+			t.Fatal("a stopped watch was woken")
+		default:
+		}
+		if _, _, err := s.Watch(t.Context(), "scope", "k"); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Watch after Close = %v, want ErrClosed", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	})
+}
+
+// checkRecord compares records, times with Equal.
+func checkRecord(t *testing.T, got, want idem.Record) {
+	t.Helper()
+	if got.Fingerprint != want.Fingerprint || got.State != want.State ||
+		!got.CreatedAt.Equal(want.CreatedAt) || !got.LeaseEnd.Equal(want.LeaseEnd) || !got.ExpiresAt.Equal(want.ExpiresAt) {
+		t.Errorf("record = %+v\nwant       %+v", got, want)
+	}
+	if !reflect.DeepEqual(got.Response, want.Response) {
+		t.Errorf("response = %#v\nwant         %#v", got.Response, want.Response)
+	}
+}
+
+func TestContract(t *testing.T) {
+	client := testClient(t)
+	testContract(t, func(t *testing.T) *Store { return newTestStore(t, client) })
+}
+
+func TestContractCluster(t *testing.T) {
+	client := startCluster(t)
+	testContract(t, func(t *testing.T) *Store { return newTestStore(t, client) })
+}
+
+// numSub returns how many subscriptions s's channel has, over every node.
+func numSub(t *testing.T, s *Store) int64 {
+	t.Helper()
+	var total atomic.Int64
+	count := func(ctx context.Context, c *redis.Client) error {
+		subs, err := c.PubSubNumSub(ctx, s.Channel()).Result()
+		total.Add(subs[s.Channel()])
+		return err
+	}
+	var err error
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(t.Context(), count)
+	case *redis.Client:
+		err = count(t.Context(), c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return total.Load()
+}

@@ -1,0 +1,291 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const defaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// unavailable skips the test, or fails it when CI is set: in CI every
+// server the tests need must be there.
+func unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s (CI is set, so this fails instead of skipping)", msg)
+	}
+	t.Skipf("%s; skipping (set CI=1 to make this a failure)", msg)
+}
+
+// testClient returns a client for the server at IDEM_TEST_REDIS_URL
+// (default redis://127.0.0.1:6379/0), closed when the test ends.
+func testClient(t testing.TB) *redis.Client {
+	t.Helper()
+	url := os.Getenv("IDEM_TEST_REDIS_URL")
+	if url == "" {
+		url = defaultRedisURL
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("IDEM_TEST_REDIS_URL=%q: %v", url, err)
+	}
+	opt.ContextTimeoutEnabled = true
+	client := redis.NewClient(opt)
+	t.Cleanup(func() { _ = client.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		unavailable(t, "Redis at %s (IDEM_TEST_REDIS_URL) is unreachable: %v", url, err)
+	}
+	return client
+}
+
+// randomPrefix returns a key prefix no other test run uses.
+func randomPrefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "idemtest:" + hex.EncodeToString(b[:]) + ":"
+}
+
+// newTestStore returns a Store on client under a fresh prefix. When the
+// test ends the Store is closed and every key under the prefix deleted.
+func newTestStore(t testing.TB, client redis.UniversalClient, opts ...Option) *Store {
+	t.Helper()
+	prefix := randomPrefix()
+	s, err := New(client, append([]Option{WithPrefix(prefix)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := deletePrefix(ctx, client, prefix); err != nil {
+			t.Errorf("cleaning up %s*: %v", prefix, err)
+		}
+	})
+	return s
+}
+
+// deletePrefix deletes every key under prefix, on every master of a
+// cluster.
+func deletePrefix(ctx context.Context, client redis.UniversalClient, prefix string) error {
+	del := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, prefix+"*", 500).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, del)
+	case *redis.Client:
+		return del(ctx, c)
+	}
+	return fmt.Errorf("unsupported client %T", client)
+}
+
+// redisServerPath returns the redis-server binary, or skips (fails in CI).
+func redisServerPath(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		unavailable(t, "redis-server is not installed: %v", err)
+	}
+	return p
+}
+
+// freePort returns a loopback TCP port that is free now, and whose
+// cluster bus port (port+10000) is free too when bus is set.
+func freePort(t testing.TB, bus bool) int {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if !bus {
+			_ = l.Close()
+			return port
+		}
+		if port+10000 > 65535 {
+			_ = l.Close()
+			continue
+		}
+		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		_ = l.Close()
+		if err != nil {
+			continue
+		}
+		_ = l2.Close()
+		return port
+	}
+	t.Fatal("no free port pair found")
+	return 0
+}
+
+// server is a redis-server child process of the test.
+type server struct {
+	t    testing.TB
+	port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	exit chan struct{}
+}
+
+// startServer runs redis-server on 127.0.0.1:port with extra args, in a
+// directory under t.TempDir(), and waits until it answers PING. The
+// process is killed when the test ends, also on failure; the kernel kills
+// it too should the test binary die first.
+func startServer(t testing.TB, port int, extra ...string) *server {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "redis-"+strconv.Itoa(port))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
+	}, extra...)
+	s := &server{t: t, port: port, dir: dir, args: args}
+	s.start()
+	t.Cleanup(s.kill)
+	return s
+}
+
+func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *server) start() {
+	s.t.Helper()
+	cmd := exec.Command(redisServerPath(s.t), s.args...)
+	cmd.Dir = s.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("starting redis-server on port %d: %v", s.port, err)
+	}
+	s.cmd = cmd
+	s.exit = make(chan struct{})
+	go func() { _ = cmd.Wait(); close(s.exit) }()
+
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-s.exit:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			s.t.Fatalf("redis-server on port %d exited: %s", s.port, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.kill()
+			s.t.Fatalf("redis-server on port %d did not answer PING: %v", s.port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill stops the server with SIGKILL and waits for it to exit.
+func (s *server) kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exit
+	s.cmd = nil
+}
+
+// startCluster starts three cluster-enabled redis-server processes on free
+// loopback ports, joins them with redis-cli --cluster create, waits until
+// every node reports cluster_state:ok, and returns a cluster client. All is
+// torn down when the test ends.
+func startCluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		unavailable(t, "redis-cli is not installed: %v", err)
+	}
+	redisServerPath(t)
+	var addrs []string
+	used := map[int]bool{}
+	for len(addrs) < 3 {
+		port := freePort(t, true)
+		if used[port] || used[port+10000] || used[port-10000] {
+			continue
+		}
+		used[port] = true
+		dir := t.TempDir()
+		s := startServer(t, port,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(port)+".conf"),
+			"--cluster-node-timeout", "2000",
+		)
+		addrs = append(addrs, s.addr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	create := exec.CommandContext(ctx, cli, append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", "0", "--cluster-yes")...)
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, addr := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if ctx.Err() != nil {
+				_ = c.Close()
+				t.Fatalf("node %s never reached cluster_state:ok: %v\n%s", addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	// The client learns the slot map on first use; make sure it sees all
+	// three masters before the tests start.
+	for {
+		var n atomic.Int32
+		err := client.ForEachMaster(ctx, func(context.Context, *redis.Client) error { n.Add(1); return nil })
+		if err == nil && n.Load() == 3 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("cluster client sees %d masters: %v", n.Load(), err)
+		}
+		client.ReloadState(ctx)
+		time.Sleep(50 * time.Millisecond)
+	}
+	return client
+}

@@ -1,0 +1,255 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// healthInterval is how long the subscription may stay silent before
+	// the hub pings it; a second silent interval after a ping counts as a
+	// broken connection.
+	healthInterval = 15 * time.Second
+	// subscribeTimeout bounds the wait for Redis to confirm a subscription.
+	subscribeTimeout = 5 * time.Second
+	// watchReadyWait bounds how long a Watch waits for the shared
+	// subscription to come up before returning anyway; the engine polls
+	// as well, and the watch is notified once the subscription is up.
+	watchReadyWait = time.Second
+	minBackoff     = 50 * time.Millisecond
+	maxBackoff     = 2 * time.Second
+)
+
+// hub multiplexes one Pub/Sub subscription to every Watch of a Store. The
+// subscription is opened by the first watch and lives until close.
+type hub struct {
+	client  redis.UniversalClient
+	channel string
+
+	mu      sync.Mutex
+	waiters map[string]map[*waiter]struct{} // by record id
+	started bool
+	closed  bool
+	isUp    bool
+	up      chan struct{} // closed while the subscription is confirmed
+	ps      *redis.PubSub // the current subscription, for close
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when run returns
+}
+
+type waiter struct {
+	ch chan struct{}
+}
+
+func newHub(client redis.UniversalClient, channel string) *hub {
+	return &hub{
+		client:  client,
+		channel: channel,
+		waiters: make(map[string]map[*waiter]struct{}),
+		up:      make(chan struct{}),
+	}
+}
+
+func (h *hub) watch(ctx context.Context, id string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	w := &waiter{ch: make(chan struct{})}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	set := h.waiters[id]
+	if set == nil {
+		set = make(map[*waiter]struct{})
+		h.waiters[id] = set
+	}
+	set[w] = struct{}{}
+	if !h.started {
+		h.started = true
+		runCtx, cancel := context.WithCancel(context.Background())
+		h.cancel = cancel
+		h.done = make(chan struct{})
+		go h.run(runCtx)
+	}
+	up := h.up
+	h.mu.Unlock()
+
+	stop := func() { h.remove(id, w) }
+	select {
+	case <-up:
+		return w.ch, stop, nil
+	case <-w.ch:
+		// Woken while the subscription was being set up: it failed, or
+		// the Store was closed. The caller re-checks the record.
+		return w.ch, stop, nil
+	default:
+	}
+	timer := time.NewTimer(watchReadyWait)
+	defer timer.Stop()
+	select {
+	case <-up:
+	case <-w.ch:
+	case <-timer.C:
+	case <-ctx.Done():
+		stop()
+		return nil, nil, ctx.Err()
+	}
+	return w.ch, stop, nil
+}
+
+func (h *hub) remove(id string, w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.waiters[id]
+	if _, ok := set[w]; !ok {
+		return // already woken
+	}
+	delete(set, w)
+	if len(set) == 0 {
+		delete(h.waiters, id)
+	}
+}
+
+// wake closes the channels of the watches of one record.
+func (h *hub) wake(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters[id] {
+		close(w.ch)
+	}
+	delete(h.waiters, id)
+}
+
+// wakeAllLocked closes every watch's channel.
+func (h *hub) wakeAllLocked() {
+	for id, set := range h.waiters {
+		for w := range set {
+			close(w.ch)
+		}
+		delete(h.waiters, id)
+	}
+}
+
+func (h *hub) markUp() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.isUp {
+		h.isUp = true
+		close(h.up)
+	}
+}
+
+// markDown records a broken subscription. Notifications may have been
+// missed, so every pending watch is woken to re-check its record.
+func (h *hub) markDown() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.isUp {
+		h.isUp = false
+		h.up = make(chan struct{})
+	}
+	h.wakeAllLocked()
+}
+
+func (h *hub) run(ctx context.Context) {
+	defer close(h.done)
+	backoff := minBackoff
+	for {
+		confirmed := h.session(ctx)
+		h.markDown()
+		if confirmed {
+			backoff = minBackoff
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// session subscribes and dispatches messages until the subscription
+// breaks or ctx is cancelled. It reports whether Redis confirmed the
+// subscription.
+func (h *hub) session(ctx context.Context) (confirmed bool) {
+	ps := h.client.Subscribe(ctx, h.channel)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		_ = ps.Close()
+		return false
+	}
+	h.ps = ps
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.ps = nil
+		h.mu.Unlock()
+		_ = ps.Close()
+	}()
+
+	pinged := false
+	for ctx.Err() == nil {
+		timeout := healthInterval
+		if !confirmed {
+			timeout = subscribeTimeout
+		}
+		msg, err := ps.ReceiveTimeout(ctx, timeout)
+		if err != nil {
+			if confirmed && isTimeout(err) && !pinged {
+				pinged = true
+				if ps.Ping(ctx) == nil {
+					continue
+				}
+			}
+			return confirmed
+		}
+		pinged = false
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && m.Channel == h.channel && !confirmed {
+				confirmed = true
+				h.markUp()
+			}
+		case *redis.Message:
+			if m.Channel == h.channel {
+				h.wake(m.Payload)
+			}
+		}
+	}
+	return confirmed
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (h *hub) close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	ps, cancel, done := h.ps, h.cancel, h.done
+	h.wakeAllLocked()
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if ps != nil {
+		_ = ps.Close()
+	}
+	if done != nil {
+		<-done
+	}
+}

@@ -1,0 +1,290 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// countHook counts the round trips a client makes: one per command, one
+// per pipeline.
+type countHook struct {
+	mu    sync.Mutex
+	trips int
+	names []string
+}
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.trips++
+		h.names = append(h.names, cmd.Name())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		h.trips++
+		for _, c := range cmds {
+			h.names = append(h.names, "pipeline:"+c.Name())
+		}
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (h *countHook) take() (int, []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n, names := h.trips, h.names
+	h.trips, h.names = 0, nil
+	return n, names
+}
+
+// warmUp runs every script once on a throw-away key, so the server has
+// them cached and later calls go by EVALSHA alone.
+func warmUp(t testing.TB, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	c := idem.Claim{Scope: "warm-up", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
+	steps := []error{
+		func() error { _, err := s.Claim(ctx, c); return err }(),
+		s.Extend(ctx, "warm-up", "k", "tok", now, now.Add(time.Minute)),
+		s.Release(ctx, "warm-up", "k", "tok"),
+		func() error { _, err := s.Claim(ctx, c); return err }(),
+		s.Complete(ctx, "warm-up", "k", "tok", idem.Response{Status: 200}, now, now.Add(time.Minute)),
+		func() error { _, err := s.Delete(ctx, "warm-up", "k"); return err }(),
+	}
+	for i, err := range steps {
+		if err != nil {
+			t.Fatalf("warm-up step %d: %v", i, err)
+		}
+	}
+}
+
+// TestRoundTrips fails when a step of a request costs more than one round
+// trip to Redis: claim 1, complete 1, release 1, replay 1 (and extend, get
+// and delete 1 each). It also pins the command each step uses.
+func TestRoundTrips(t *testing.T) {
+	client := testClient(t)
+	hook := &countHook{}
+	client.AddHook(hook)
+	s := newTestStore(t, client)
+	warmUp(t, s)
+	hook.take()
+
+	ctx := t.Context()
+	now := time.Now()
+	resp := idem.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)}
+	claim := func(key, token string) idem.ClaimResult {
+		res, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	steps := []struct {
+		name string
+		want []string // commands, one round trip each
+		do   func()
+	}{
+		{"claim", []string{"set"}, func() {
+			if !claim("a", "tok").Acquired {
+				t.Fatal("not acquired")
+			}
+		}},
+		{"extend", []string{"evalsha"}, func() {
+			if err := s.Extend(ctx, "s", "a", "tok", now, now.Add(2*time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"complete", []string{"evalsha"}, func() {
+			if err := s.Complete(ctx, "s", "a", "tok", resp, now, now.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"replay claim", []string{"set"}, func() {
+			if res := claim("a", "tok2"); res.Existing == nil || res.Existing.Response == nil {
+				t.Fatal("no replay")
+			}
+		}},
+		{"conflict claim", []string{"set"}, func() {
+			claim("b", "tok")
+			hook.take()
+			if res := claim("b", "tok2"); res.Existing == nil {
+				t.Fatal("no conflict")
+			}
+		}},
+		{"release", []string{"evalsha"}, func() {
+			if err := s.Release(ctx, "s", "b", "tok"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"get", []string{"get"}, func() {
+			if _, ok, err := s.Get(ctx, "s", "a", now); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+		}},
+		{"delete", []string{"evalsha"}, func() {
+			if ok, err := s.Delete(ctx, "s", "a"); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+		}},
+		// The one step allowed a second round trip: taking over a record
+		// that has ended by the engine's clock while Redis, by its own
+		// clock, still holds it (clock skew, or here a clock moved ahead).
+		{"takeover claim", []string{"set", "evalsha"}, func() {
+			claim("c", "tok")
+			hook.take()
+			later := now.Add(time.Hour)
+			res, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: "c", Fingerprint: "fp", Token: "tok2", Now: later, LeaseEnd: later.Add(time.Minute)})
+			if err != nil || !res.Acquired {
+				t.Fatal(res, err)
+			}
+		}},
+	}
+	for _, step := range steps {
+		step.do()
+		n, names := hook.take()
+		if n != len(step.want) || !slices.Equal(names, step.want) {
+			t.Errorf("%s: %d round trips %v, want %d %v", step.name, n, names, len(step.want), step.want)
+		}
+	}
+}
+
+// TestRecordsInRedis checks what a record looks like in Redis: one string
+// under a hash-tagged key, byte for byte what was stored, with a TTL that
+// follows its lifetime, gone by itself once it ends.
+func TestRecordsInRedis(t *testing.T) {
+	client := testClient(t)
+	s := newTestStore(t, client)
+	ctx := t.Context()
+
+	// Scopes and keys are opaque bytes to the store.
+	scope := "ns\x00{x}\xff:" + strings.Repeat("é", 10)
+	key := "key}{\x01"
+	k := s.Key(scope, key)
+	if !regexp.MustCompile(`^` + regexp.QuoteMeta(s.prefix) + `\{[0-9a-f]{32}\}$`).MatchString(k) {
+		t.Fatalf("record key %q, want prefix + {32 hex digits}", k)
+	}
+
+	now := time.Now()
+	lease := 5 * time.Minute
+	if res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp\x00\xff", Token: "tok", Now: now, LeaseEnd: now.Add(lease)}); err != nil || !res.Acquired {
+		t.Fatalf("Claim: %+v, %v", res, err)
+	}
+	checkPTTL(t, client, k, lease)
+
+	if err := s.Extend(ctx, scope, key, "tok", now, now.Add(2*lease)); err != nil {
+		t.Fatal(err)
+	}
+	checkPTTL(t, client, k, 2*lease)
+
+	body := make([]byte, 0, 512)
+	for i := range 512 {
+		body = append(body, byte(i))
+	}
+	resp := idem.Response{
+		Status: 200,
+		Header: http.Header{
+			"Content-Type":   {"application/octet-stream"},
+			"X-Multi":        {"z", "a", "", "a"},
+			"X-Binary":       {"\x00\xff\xfe", "caf\xe9"},
+			"X-No-Values":    {},
+			"x-odd-name\x00": {"v"},
+		},
+		Body: body,
+	}
+	retention := 24 * time.Hour
+	if err := s.Complete(ctx, scope, key, "tok", resp, now, now.Add(retention)); err != nil {
+		t.Fatal(err)
+	}
+	checkPTTL(t, client, k, retention)
+	raw, err := client.Get(ctx, k).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw[0] != '2' || !bytes.Contains(raw, body) || bytes.Contains(raw, []byte("tok")) {
+		t.Errorf("completed record %q: want state 2, the body, and no token", raw[:min(len(raw), 100)])
+	}
+	res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok2", Now: now, LeaseEnd: now.Add(lease)})
+	if err != nil || res.Existing == nil {
+		t.Fatalf("replay Claim: %+v, %v", res, err)
+	}
+	checkRecord(t, *res.Existing, idem.Record{Fingerprint: "fp\x00\xff", State: idem.StateCompleted, Response: &resp, CreatedAt: now, ExpiresAt: now.Add(retention)})
+
+	// Nil header and body stay nil; empty stays empty; BodyOmitted holds.
+	for i, r := range []idem.Response{
+		{Status: 204},
+		{Status: 200, Header: http.Header{}, Body: []byte{}},
+		{Status: 200, Header: http.Header{"X-Size": {"9999999"}}, BodyOmitted: true},
+	} {
+		key := "variant-" + string(rune('a'+i))
+		if _, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(lease)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, scope, key, "tok", r, now, now.Add(retention)); err != nil {
+			t.Fatal(err)
+		}
+		rec, ok, err := s.Get(ctx, scope, key, now)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		checkRecord(t, rec, idem.Record{Fingerprint: "fp", State: idem.StateCompleted, Response: &r, CreatedAt: now, ExpiresAt: now.Add(retention)})
+	}
+
+	// Records leave Redis by themselves: an abandoned claim at its lease
+	// end, a completed record at its expiry.
+	now = time.Now()
+	if _, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: "abandoned", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(100 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: "short", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "s", "short", "tok", resp, now, now.Add(150*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		n, err := client.Exists(ctx, s.Key("s", "abandoned"), s.Key("s", "short")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 records still in Redis 3s after their expiry", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkPTTL checks that key's TTL in Redis is set and within a second
+// below want.
+func checkPTTL(t *testing.T, client redis.UniversalClient, key string, want time.Duration) {
+	t.Helper()
+	got, err := client.PTTL(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got > want || got < want-time.Second {
+		t.Errorf("PTTL %s = %v, want just under %v", key, got, want)
+	}
+}

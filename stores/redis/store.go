@@ -1,0 +1,312 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors of this package. Errors from Redis itself are returned wrapped,
+// with the failing operation named.
+var (
+	// ErrInvalidOption is wrapped by the error New returns for an option
+	// value it cannot use.
+	ErrInvalidOption = errors.New("redisstore: invalid option")
+	// ErrClosed is returned by Watch after Close.
+	ErrClosed = errors.New("redisstore: store closed")
+	// ErrCorruptRecord is wrapped by the error a method returns when a
+	// record in Redis cannot be decoded, for example because something
+	// other than this package wrote to its key.
+	ErrCorruptRecord = errors.New("redisstore: corrupt record")
+)
+
+// DefaultPrefix is the key prefix used when WithPrefix is not given.
+const DefaultPrefix = "idem:"
+
+// maxPrefixLen bounds WithPrefix; a prefix is repeated in every key.
+const maxPrefixLen = 256
+
+// Option configures a Store. Options are applied in order by New.
+type Option func(*options)
+
+type options struct {
+	prefix string
+}
+
+// WithPrefix sets the prefix of every Redis key and of the notification
+// channel the Store uses. The default is DefaultPrefix ("idem:"). Stores
+// with different prefixes on one Redis never see each other's records.
+//
+// The prefix must be 1 to 256 bytes and must not contain '{' or '}':
+// the Store puts a hash tag right after it, and Redis Cluster hashes only
+// the first tag of a key.
+func WithPrefix(prefix string) Option {
+	return func(o *options) { o.prefix = prefix }
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.prefix == "":
+		return fmt.Errorf("%w: WithPrefix: the prefix must not be empty", ErrInvalidOption)
+	case len(o.prefix) > maxPrefixLen:
+		return fmt.Errorf("%w: WithPrefix: the prefix is %d bytes, more than %d", ErrInvalidOption, len(o.prefix), maxPrefixLen)
+	case strings.ContainsAny(o.prefix, "{}"):
+		return fmt.Errorf("%w: WithPrefix: the prefix %q contains '{' or '}', which would change the hash tag Redis Cluster uses to place every record", ErrInvalidOption, o.prefix)
+	}
+	return nil
+}
+
+// Store is an idem.Store on Redis. It also implements idem.Getter,
+// idem.Deleter, idem.Extender and idem.Notifier. It does not implement
+// idem.ExpiredDeleter: every record carries a Redis TTL that ends with its
+// expiry, so Redis reclaims it by itself.
+//
+// A Store is safe for concurrent use. It does not own the client: Close
+// stops the Store's notification subscription and leaves the client open.
+type Store struct {
+	client  redis.UniversalClient
+	prefix  string
+	channel string
+	hub     *hub
+
+	// scriptClaims makes Claim skip the SET NX GET fast path and always run
+	// the claim script; tests set it to check the script on its own.
+	scriptClaims bool
+}
+
+var (
+	_ idem.Store    = (*Store)(nil)
+	_ idem.Getter   = (*Store)(nil)
+	_ idem.Deleter  = (*Store)(nil)
+	_ idem.Extender = (*Store)(nil)
+	_ idem.Notifier = (*Store)(nil)
+)
+
+// New returns a Store that keeps its records through client: a
+// *redis.Client, a *redis.ClusterClient or a Sentinel-backed failover
+// client (redis.NewFailoverClient or redis.NewUniversalClient). New does
+// not contact Redis; the first call does. It returns an error wrapping
+// ErrInvalidOption when an option's value cannot be used.
+//
+// A *redis.Ring works too, except that notifications only reach waiters
+// for records on the shard that holds the channel; the engine's polling
+// covers the others.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: New: the client is nil")
+	}
+	o := options{prefix: DefaultPrefix}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		}
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if !honoursDeadlines(client) {
+		return nil, fmt.Errorf("%w: the client ignores context deadlines, so the engine's store timeout could not bound a call to a hung Redis (go-redis then waits its own read and dial timeouts, 3 to 5 seconds); set ContextTimeoutEnabled: true in the client's options", ErrInvalidOption)
+	}
+	s := &Store{
+		client:  client,
+		prefix:  o.prefix,
+		channel: o.prefix + "notify",
+	}
+	s.hub = newHub(client, s.channel)
+	return s, nil
+}
+
+// honoursDeadlines reports whether client applies context deadlines to its
+// network calls, as far as its concrete type shows.
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
+}
+
+// Key returns the Redis key that holds the record for (scope, key): the
+// prefix, then a hash tag of 32 hex digits derived from scope and key.
+// The record is one string at that key (its layout is described in
+// codec.go); the key is exposed for operators and tests.
+func (s *Store) Key(scope, key string) string {
+	k, _ := recordKey(s.prefix, scope, key)
+	return k
+}
+
+// Channel returns the Redis Pub/Sub channel on which the Store announces
+// completions, releases and deletes; the message is the record's hash tag
+// (the 32 hex digits between the braces of its key).
+func (s *Store) Channel() string { return s.channel }
+
+// Claim implements idem.Store in one round trip (two in a rare case).
+//
+// The claim is first tried as a single SET key record NX PX ttl GET, which
+// is atomic by itself: it stores the new claim when there is no record,
+// and otherwise returns the record without changing it. When that record
+// still blocks at c.Now (a live lease, or a completed record before its
+// expiry) it is the answer. Only when Redis still holds a record that has
+// ended by the engine's clock (Redis removes it at the same moment by its
+// own clock, so this is rare: clock skew, or a test's fake clock) does
+// Claim run the claim script, a second round trip, which decides again
+// atomically and takes the key over. Both paths store exactly the same
+// record.
+func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+	if len(c.Token) > maxToken {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: the token is %d bytes, more than %d", len(c.Token), maxToken)
+	}
+	k := s.Key(c.Scope, c.Key)
+	rec := newClaimRecord(&c)
+	ttl := ttlMillis(c.Now, c.LeaseEnd)
+	if s.scriptClaims {
+		return s.claimByScript(ctx, k, &c, rec, ttl)
+	}
+	v, err := s.client.SetArgs(ctx, k, rec, redis.SetArgs{Mode: "NX", TTL: time.Duration(ttl) * time.Millisecond, Get: true}).Result()
+	if errors.Is(err, redis.Nil) {
+		return idem.ClaimResult{Acquired: true}, nil
+	}
+	if err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	existing, err := decodeRecord(v)
+	if err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("%w (claim, key %s): %v", ErrCorruptRecord, k, err)
+	}
+	if blocks(&existing, c.Now) {
+		return idem.ClaimResult{Existing: &existing}, nil
+	}
+	return s.claimByScript(ctx, k, &c, rec, ttl)
+}
+
+// claimByScript runs the claim script, which decides atomically whatever the
+// record's state.
+func (s *Store) claimByScript(ctx context.Context, k string, c *idem.Claim, rec string, ttl int64) (idem.ClaimResult, error) {
+	r, err := claimScript.Run(ctx, s.client, []string{k}, formatTime(c.Now), rec, ttl).Result()
+	if err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	switch r := r.(type) {
+	case int64:
+		if r == 1 {
+			return idem.ClaimResult{Acquired: true}, nil
+		}
+	case string:
+		existing, err := decodeRecord(r)
+		if err != nil {
+			return idem.ClaimResult{}, fmt.Errorf("%w (claim, key %s): %v", ErrCorruptRecord, k, err)
+		}
+		return idem.ClaimResult{Existing: &existing}, nil
+	}
+	return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: unexpected reply %T from the claim script", r)
+}
+
+// blocks reports whether rec keeps a claim at now from being taken: the
+// Go twin of the claim script's test.
+func blocks(rec *idem.Record, now time.Time) bool {
+	return now.Before(rec.ExpiresAt) && (rec.State == idem.StateCompleted || now.Before(rec.LeaseEnd))
+}
+
+// Complete implements idem.Store with one script call, which also notifies
+// waiters.
+func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
+	k, id := recordKey(s.prefix, scope, key)
+	n, err := completeScript.Run(ctx, s.client, []string{k},
+		token, formatTime(now), formatTime(expiresAt), ttlMillis(now, expiresAt),
+		encodeResponseHead(&resp), resp.Body, s.channel, id,
+	).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
+	}
+	if n != 1 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Release implements idem.Store with one script call, which also notifies
+// waiters.
+func (s *Store) Release(ctx context.Context, scope, key, token string) error {
+	k, id := recordKey(s.prefix, scope, key)
+	n, err := releaseScript.Run(ctx, s.client, []string{k}, token, s.channel, id).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	if n != 1 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Extend implements idem.Extender with one script call.
+func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+	n, err := extendScript.Run(ctx, s.client, []string{s.Key(scope, key)},
+		token, formatTime(now), formatTime(leaseEnd), ttlMillis(now, leaseEnd),
+	).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: extend: %w", err)
+	}
+	if n != 1 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements idem.Getter with one GET.
+func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
+	k := s.Key(scope, key)
+	v, err := s.client.Get(ctx, k).Result()
+	if errors.Is(err, redis.Nil) {
+		return idem.Record{}, false, nil
+	}
+	if err != nil {
+		return idem.Record{}, false, fmt.Errorf("redisstore: get: %w", err)
+	}
+	rec, err := decodeRecord(v)
+	if err != nil {
+		return idem.Record{}, false, fmt.Errorf("%w (get, key %s): %v", ErrCorruptRecord, k, err)
+	}
+	if !now.Before(rec.ExpiresAt) {
+		return idem.Record{}, false, nil
+	}
+	return rec, true, nil
+}
+
+// Delete implements idem.Deleter with one script call (DEL, and a
+// notification when there was a record).
+func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
+	k, id := recordKey(s.prefix, scope, key)
+	n, err := deleteScript.Run(ctx, s.client, []string{k}, s.channel, id).Int64()
+	if err != nil {
+		return false, fmt.Errorf("redisstore: delete: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Watch implements idem.Notifier. All watches of a Store share one Pub/Sub
+// subscription on Channel, opened by the first Watch; the first Watch waits
+// until Redis has confirmed it, so no notification sent after Watch
+// returns is missed while the subscription holds. When the subscription
+// breaks, every pending watch is woken (spuriously) and the Store
+// resubscribes in the background with backoff.
+func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
+	_, id := recordKey(s.prefix, scope, key)
+	return s.hub.watch(ctx, id)
+}
+
+// Close stops the Store's notification subscription and wakes every
+// pending watch; later Watch calls return ErrClosed. The other methods keep
+// working, and the client stays open: it belongs to the caller. Close is
+// safe to call more than once.
+func (s *Store) Close() error {
+	s.hub.close()
+	return nil
+}
