@@ -29,11 +29,15 @@ type capture struct {
 	direct   bool // committed: writes go to w
 	discard  bool // a failed commit was answered: writes fail
 	hijacked bool
+	abandon  bool // Abandon: release, send nothing
 }
 
 // errAbandoned is what writes return after a failed exactly-once commit was
 // answered with 500 in the middle of a streamed response.
 var errAbandoned = errors.New("idem: response abandoned: the transaction failed to commit")
+
+// errAbandonedByHandler is what writes return after Abandon.
+var errAbandonedByHandler = errors.New("idem: response abandoned: it is written outside the engine")
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
@@ -60,7 +64,7 @@ func (c *capture) Header() http.Header {
 func (c *capture) Unwrap() http.ResponseWriter { return c.w }
 
 func (c *capture) WriteHeader(status int) {
-	if c.status != 0 || c.hijacked {
+	if c.status != 0 || c.hijacked || c.abandon {
 		return
 	}
 	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
@@ -81,6 +85,9 @@ func (c *capture) Write(p []byte) (int, error) {
 	if c.hijacked {
 		return 0, http.ErrHijacked
 	}
+	if c.abandon {
+		return 0, errAbandonedByHandler
+	}
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
@@ -100,7 +107,7 @@ func (c *capture) Write(p []byte) (int, error) {
 }
 
 func (c *capture) WriteString(s string) (int, error) {
-	if c.status != 0 && !c.direct && !c.hijacked && bodyAllowed(c.status) && c.buf.Len()+len(s) <= c.max {
+	if c.status != 0 && !c.direct && !c.hijacked && !c.abandon && bodyAllowed(c.status) && c.buf.Len()+len(s) <= c.max {
 		return c.buf.WriteString(s)
 	}
 	return c.Write([]byte(s))
@@ -161,6 +168,30 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		c.run.onHijack(c)
 	}
 	return conn, rw, nil
+}
+
+// Abandon tells the engine protecting the request that w serves that the
+// response is not the handler's to give: middleware outside the engine
+// will write it (a Gin error renderer that turns c.Errors into a page,
+// say). The key is released, nothing is sent, and the writer outside is
+// left as it was, headers included. It returns false, doing nothing, when
+// w does not belong to a protected request or the response has started.
+func Abandon(w http.ResponseWriter) bool {
+	for range 16 {
+		switch u := w.(type) {
+		case *capture:
+			if u.status != 0 || u.direct || u.hijacked {
+				return false
+			}
+			u.abandon = true
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = u.Unwrap()
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // sniff sets Content-Type from the buffered bytes when the handler set

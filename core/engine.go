@@ -134,12 +134,15 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		}
 	}
 	e := p.e
-	x := &run{p: p, w: w, r: r, next: next, start: time.Now()}
-	x.ev.Method, x.ev.Route = r.Method, route
-	if !e.Protects(r.Method) {
+	if !e.Protects(r.Method) || nested(w) {
+		// A nested middleware (mounted globally and again on the route)
+		// must not claim the key the outer one holds: the outer policy
+		// applies.
 		next.ServeHTTP(w, r)
 		return
 	}
+	x := &run{p: p, w: w, r: r, next: next, start: time.Now()}
+	x.ev.Method, x.ev.Route = r.Method, route
 	if p.skip {
 		x.skip()
 		return
@@ -282,7 +285,11 @@ func (x *run) existing(rec *Record) {
 		x.fail(OutcomeFingerprintMismatch, problemMismatch, "This key was already used with a different method, path, query or body. Use a new key for a new request.")
 		return
 	}
-	if rec.State == StateCompleted && rec.Response != nil {
+	if rec.State == StateCompleted {
+		if err := validResponse(rec.Response); err != nil {
+			x.storeFailure(fmt.Errorf("idem: %T returned a corrupt record: %w", e.store, err))
+			return
+		}
 		x.ev.Outcome, x.ev.Status = OutcomeReplayed, rec.Response.Status
 		e.replay(x.w, rec.Response)
 		x.done()
@@ -309,12 +316,14 @@ func (x *run) wait(rec *Record) {
 	wstart := time.Now()
 	deadline := time.NewTimer(e.cfg.wait)
 	defer deadline.Stop()
+	wctx, cancel := context.WithTimeout(x.r.Context(), e.cfg.wait)
+	defer cancel()
 	backoff := 10 * time.Millisecond
 	for {
 		var wake <-chan struct{}
 		stop := func() {}
 		if e.notifier != nil {
-			if ch, s, err := e.notifier.Watch(x.r.Context(), x.scope, x.key); err == nil {
+			if ch, s, err := e.notifier.Watch(wctx, x.scope, x.key); err == nil {
 				wake, stop = ch, s
 			}
 		}
@@ -352,7 +361,7 @@ func (x *run) wait(rec *Record) {
 			x.storeFailure(err)
 		case res.Acquired:
 			x.execute()
-		case res.Existing.Fingerprint != x.fp || res.Existing.Response == nil:
+		case res.Existing.Fingerprint != x.fp || validResponse(res.Existing.Response) != nil:
 			x.existing(res.Existing)
 		default:
 			x.ev.Outcome, x.ev.Status = OutcomeReplayedAfterWait, res.Existing.Response.Status
@@ -419,6 +428,12 @@ func (x *run) execute() {
 		if tx != nil {
 			x.rollback(tx)
 		}
+	case c.abandon:
+		x.ev.Outcome = OutcomeReleased
+		if tx != nil {
+			x.rollback(tx)
+		}
+		x.release()
 	case c.direct:
 		// Streamed: stored or released when it started.
 		x.ev.Status = c.status
@@ -440,7 +455,7 @@ func (x *run) execute() {
 			}
 		} else if err := x.store(c, tx, false); err != nil && tx != nil {
 			x.ev.Outcome, x.ev.Status = OutcomeReleased, problemCommit.status
-			e.writeProblem(x.w, problemCommit, "The request was not applied; retry with the same key.", 0)
+			e.writeProblem(x.w, problemCommit, "The request's changes and its stored response were not committed together; retry with the same key to learn the outcome.", 0)
 			x.done()
 			return
 		} else {
@@ -507,7 +522,7 @@ func (x *run) commitStream(c *capture) bool {
 	}
 	if err := x.store(c, c.tx, true); err != nil && c.tx != nil {
 		x.ev.Outcome, x.ev.Status = OutcomeReleased, problemCommit.status
-		e.writeProblem(x.w, problemCommit, "The request was not applied; retry with the same key.", 0)
+		e.writeProblem(x.w, problemCommit, "The request's changes and its stored response were not committed together; retry with the same key to learn the outcome.", 0)
 		return false
 	}
 	x.ev.Outcome = OutcomeExecuted
@@ -588,16 +603,26 @@ func (e *Engine) observeStore(ctx context.Context, op StoreOp, d time.Duration, 
 
 // replay writes a stored response.
 func (e *Engine) replay(w http.ResponseWriter, resp *Response) {
+	// The stored values are copied into one new backing array (the store
+	// may share them between replays; code after us may edit in place).
+	n := 3
+	for _, v := range resp.Header {
+		n += len(v)
+	}
+	vals := make([]string, 0, n)
 	h := w.Header()
 	for k, v := range resp.Header {
-		h[k] = v
+		vals = append(vals, v...)
+		h[k] = vals[len(vals)-len(v) : len(vals) : len(vals)]
 	}
-	h[e.cfg.replayHeader] = trueValue
+	vals = append(vals, "true")
+	h[e.cfg.replayHeader] = vals[len(vals)-1 : len(vals) : len(vals)]
 	if resp.BodyOmitted {
-		h[HeaderBodyOmitted] = trueValue
+		h[HeaderBodyOmitted] = h[e.cfg.replayHeader][:1:1]
 	}
 	if bodyAllowed(resp.Status) {
-		h["Content-Length"] = []string{strconv.Itoa(len(resp.Body))}
+		vals = append(vals, strconv.Itoa(len(resp.Body)))
+		h["Content-Length"] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	w.WriteHeader(resp.Status)
 	if len(resp.Body) > 0 && bodyAllowed(resp.Status) {
@@ -605,7 +630,32 @@ func (e *Engine) replay(w http.ResponseWriter, resp *Response) {
 	}
 }
 
-var trueValue = []string{"true"}
+// validResponse reports why a stored response cannot be replayed.
+func validResponse(r *Response) error {
+	switch {
+	case r == nil:
+		return errors.New("a completed record without a response")
+	case r.Status < 200 || r.Status > 599:
+		return fmt.Errorf("stored status %d is not 200 to 599", r.Status)
+	}
+	return nil
+}
+
+// nested reports whether w is, or wraps, the writer of a request this
+// engine (or another) already protects.
+func nested(w http.ResponseWriter) bool {
+	for range 16 {
+		switch u := w.(type) {
+		case *capture:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = u.Unwrap()
+		default:
+			return false
+		}
+	}
+	return false
+}
 
 func bodyAllowed(status int) bool {
 	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified

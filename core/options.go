@@ -19,6 +19,10 @@ const (
 	DefaultMaxResponseBody = 1 << 20
 	DefaultStoreTimeout    = 2 * time.Second
 	DefaultProblemTypeBase = "https://github.com/idemkit/idem/blob/main/docs/problems.md#"
+
+	// MaxLifetime bounds the lease and the retention: ten years, far
+	// below what any store's time arithmetic can hold.
+	MaxLifetime = 10 * 365 * 24 * time.Hour
 )
 
 // HeaderBodyOmitted is set to "true" on a replay of a response whose body
@@ -135,8 +139,8 @@ func WithOptionalKey() Option {
 // capped at the retention in effect. Default: 5 minutes.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return badOption("lease %v is not positive", d)
+		if d <= 0 || d > MaxLifetime {
+			return badOption("lease %v is not between 0 and %v", d, MaxLifetime)
 		}
 		c.lease = d
 		return nil
@@ -147,8 +151,8 @@ func WithLease(d time.Duration) Option {
 // Routes may override it with [TTL]. Default: 24 hours.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return badOption("retention %v is not positive", d)
+		if d <= 0 || d > MaxLifetime {
+			return badOption("retention %v is not between 0 and %v", d, MaxLifetime)
 		}
 		c.retention = d
 		return nil
@@ -353,11 +357,12 @@ func Required() RouteOption { return func(p *Policy) { p.required = true } }
 func Optional() RouteOption { return func(p *Policy) { p.required = false } }
 
 // TTL sets the retention of responses stored on these routes. A value that
-// is not positive keeps the engine's retention.
+// is not positive keeps the engine's retention; one above MaxLifetime is
+// MaxLifetime.
 func TTL(d time.Duration) RouteOption {
 	return func(p *Policy) {
 		if d > 0 {
-			p.retention = d
+			p.retention = min(d, MaxLifetime)
 		}
 	}
 }

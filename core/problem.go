@@ -24,7 +24,7 @@ var (
 	problemMismatch       = problemKind{"key-reused", http.StatusUnprocessableEntity, "Idempotency key reused with a different request"}
 	problemConflict       = problemKind{"conflict", http.StatusConflict, "Request with this idempotency key is in progress"}
 	problemStore          = problemKind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable"}
-	problemCommit         = problemKind{"commit-failed", http.StatusInternalServerError, "The request's changes could not be committed"}
+	problemCommit         = problemKind{"commit-failed", http.StatusInternalServerError, "The request's transaction failed to commit"}
 )
 
 type problemKind struct {
