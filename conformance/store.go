@@ -130,6 +130,8 @@ var contractTests = []storeTest{
 	{"TimePrecision", testTimePrecision},
 	{"ScopeAndKeyIsolation", testIsolation},
 	{"ConcurrentClaimsOneKey", testConcurrentOneKey},
+	{"ConcurrentTakeoverOfAbandonedClaim", testConcurrentTakeoverAbandoned},
+	{"ConcurrentTakeoverOfExpiredRecord", testConcurrentTakeoverExpired},
 	{"ConcurrentManyKeys", testConcurrentManyKeys},
 	{"ExistingIsCopy", testExistingIsCopy},
 }
@@ -658,11 +660,11 @@ func testReleaseThenClaim(h *harness) {
 }
 
 func testReleaseMissing(h *harness) {
-	// Whether releasing a missing record is an error is not fixed by the
-	// contract; it must be nil or ErrLeaseLost, and create nothing.
+	// Releasing a record that is not there is ErrLeaseLost, and creates
+	// nothing.
 	err := h.s.Release(h.t.Context(), scopeA, "never-claimed", "token-1")
-	if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
-		h.t.Fatalf("Release on a key that was never claimed: got error %v, want nil or idem.ErrLeaseLost", err)
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		h.t.Fatalf("Release on a key that was never claimed: got error %v, want idem.ErrLeaseLost", err)
 	}
 	h.acquire(h.newClaim(scopeA, "never-claimed", "fp-1", "token-1", h.at(0)), "Release must not create a record")
 }
@@ -787,6 +789,9 @@ func testIsolation(h *harness) {
 		{"emoji 🙂 scope", "key"},
 		{"quote ' \" ; -- % _ \\ scope", "key%_*?[]"},
 		{strings.Repeat("long-scope/", 100), "key"},
+		{"nul\x00scope", "key"},
+		{"nul", "\x00scopekey"},
+		{"bytes \xff\xfe\x80 not UTF-8", "key"},
 	}
 	claims := make([]idem.Claim, len(pairs))
 	for i, p := range pairs {
@@ -817,6 +822,55 @@ func testIsolation(h *harness) {
 }
 
 // Concurrency
+
+// testConcurrentTakeoverAbandoned races 64 claims for a key whose claim
+// was abandoned (its lease passed): a store that reads and then writes
+// without atomicity lets several take it over.
+func testConcurrentTakeoverAbandoned(h *harness) {
+	h.acquire(h.newClaim(scopeA, "abandoned", "fp-dead", "token-dead", h.at(0)), "planting the abandoned claim")
+	raceTakeover(h, "abandoned", h.at(time.Hour))
+}
+
+// testConcurrentTakeoverExpired races 64 claims for a key whose completed
+// record has expired.
+func testConcurrentTakeoverExpired(h *harness) {
+	h.acquire(h.newClaim(scopeA, "expired", "fp-old", "token-old", h.at(0)), "planting the record")
+	h.mustComplete(scopeA, "expired", "token-old", idem.Response{Status: 201}, h.at(time.Second), h.at(time.Minute))
+	raceTakeover(h, "expired", h.at(time.Hour))
+}
+
+func raceTakeover(h *harness, key string, now time.Time) {
+	const n = 64
+	var (
+		start   = make(chan struct{})
+		wg      sync.WaitGroup
+		results = make([]idem.ClaimResult, n)
+		errs    = make([]error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			c := h.newClaim(scopeA, key, "fp-new", fmt.Sprintf("token-new-%d", i), now)
+			results[i], errs[i] = h.s.Claim(h.t.Context(), c)
+		})
+	}
+	close(start)
+	wg.Wait()
+	winners := 0
+	for i := range n {
+		if errs[i] != nil {
+			h.t.Fatalf("goroutine %d: Claim: unexpected error: %v", i, errs[i])
+		}
+		if results[i].Acquired {
+			winners++
+		} else if ex := results[i].Existing; ex == nil || ex.State != idem.StateInProgress || ex.Fingerprint != "fp-new" {
+			h.t.Fatalf("goroutine %d lost the race but got %s, want the winner's in-progress claim", i, h.formatRecord(ex))
+		}
+	}
+	if winners != 1 {
+		h.t.Fatalf("%d of %d goroutines took over the %s record; exactly one must", winners, n, key)
+	}
+}
 
 func testConcurrentOneKey(h *harness) {
 	const n = 64

@@ -59,8 +59,8 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	if method == "" {
 		missing = append(missing, "method")
 	}
-	if route == "" {
-		missing = append(missing, "route")
+	if !q.Has("route") {
+		missing = append(missing, "route") // present but empty is a valid route
 	}
 	if q.Get("key") == "" {
 		missing = append(missing, "key")

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -64,11 +67,20 @@ func (c *capture) Header() http.Header {
 func (c *capture) Unwrap() http.ResponseWriter { return c.w }
 
 func (c *capture) WriteHeader(status int) {
+	if status < 100 || status > 999 {
+		// As net/http does; the engine releases the key on the panic.
+		panic(fmt.Sprintf("invalid WriteHeader code %v", status))
+	}
 	if c.status != 0 || c.hijacked || c.abandon {
 		return
 	}
 	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
-		// Informational responses (103 Early Hints) go straight through.
+		// Informational responses (103 Early Hints) go straight through,
+		// with the headers set so far (the final set replaces them).
+		h := c.w.Header()
+		for k, v := range c.header {
+			h[k] = v
+		}
 		c.w.WriteHeader(status)
 		return
 	}
@@ -232,19 +244,31 @@ func (c *capture) sendHead(length int) {
 	h := c.w.Header()
 	clear(h)
 	for k, v := range c.header {
-		h[k] = v
+		h[k] = v[:len(v):len(v)] // an append outside must not reach the stored slice
 	}
 	if length >= 0 && bodyAllowed(c.status) && len(h["Content-Length"]) == 0 && len(h["Transfer-Encoding"]) == 0 {
-		h["Content-Length"] = []string{strconv.Itoa(length)}
+		c.run.cl[0] = strconv.Itoa(length)
+		h["Content-Length"] = c.run.cl[:]
 	}
 	c.w.WriteHeader(c.status)
 }
 
 // send writes the buffered response once the handler has returned and the
-// record is stored or released.
+// record is stored or released, then any trailers the handler set.
 func (c *capture) send() {
 	c.sendHead(c.buf.Len())
 	if c.buf.Len() > 0 {
 		_, _ = c.w.Write(c.buf.Bytes())
+	}
+	if len(c.late) > 0 {
+		declared := c.header["Trailer"]
+		h := c.w.Header()
+		for k, v := range c.late {
+			if strings.HasPrefix(k, http.TrailerPrefix) || slices.ContainsFunc(declared, func(d string) bool {
+				return slices.ContainsFunc(strings.Split(d, ","), func(f string) bool { return http.CanonicalHeaderKey(strings.TrimSpace(f)) == k })
+			}) {
+				h[k] = v
+			}
+		}
 	}
 }

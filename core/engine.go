@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -164,10 +165,14 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	x.ev.key = key
 	body, err := x.readBody(e.cfg.maxRequestBody)
 	if err != nil {
-		if errors.Is(err, errBodyTooLarge) {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.Is(err, errBodyTooLarge):
 			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", e.cfg.maxRequestBody))
-		} else {
-			x.fail(OutcomeBodyTooLarge, problemBodyUnreadable, "The request body could not be read.")
+		case errors.As(err, &mbe):
+			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", mbe.Limit))
+		default:
+			x.fail(OutcomeBodyUnreadable, problemBodyUnreadable, "The request body could not be read.")
 		}
 		return
 	}
@@ -188,6 +193,9 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	x.token = newToken()
 	res, err := x.claim()
 	if err != nil {
+		// The claim may have landed even though its answer did not (a
+		// timeout): release it, token-checked, so it blocks nobody.
+		go e.releaseOrphan(x.r.Context(), x.scope, x.key, x.token)
 		x.storeFailure(err)
 		return
 	}
@@ -214,7 +222,10 @@ type run struct {
 	lost  atomic.Bool // the heartbeat found the claim lost
 	body  bodyReader  // the request body handed to the handler
 	cw    capture     // the response writer handed to the handler
-	one   [1]byte     // scratch for checking a body's end
+	cl    [1]string   // Content-Length of the buffered response
+
+	stopHeartbeat func()
+	one           [1]byte // scratch for checking a body's end
 }
 
 func (x *run) done() {
@@ -237,9 +248,8 @@ func (x *run) fail(o Outcome, k problemKind, detail string) {
 // ctx returns the context of a store call made after the handler ran: it
 // keeps the request's values but not its cancellation, so a client that
 // hangs up does not leave its key locked.
-func (x *run) ctx() (context.Context, func()) {
-	c := storeContext(x.r.Context(), x.p.e.cfg.storeTimeout, true)
-	return c, c.release
+func (x *run) ctx() *storeCtx {
+	return storeContext(x.r.Context(), x.p.e.cfg.storeTimeout, true)
 }
 
 func (x *run) claim() (ClaimResult, error) {
@@ -330,6 +340,9 @@ func (x *run) wait(rec *Record) {
 		// Look again now that the watch is in place, so a completion that
 		// happened before it is not missed.
 		res, err := x.claim()
+		if err == nil && !res.Acquired {
+			rec = res.Existing
+		}
 		if err == nil && !res.Acquired && res.Existing.State == StateInProgress && res.Existing.Fingerprint == x.fp {
 			poll := time.NewTimer(backoff)
 			select {
@@ -358,7 +371,10 @@ func (x *run) wait(rec *Record) {
 		x.ev.Waited = time.Since(wstart)
 		switch {
 		case err != nil:
-			x.storeFailure(err)
+			// The key is known to be in flight: never run unprotected
+			// beside it, even with fail open.
+			x.ev.Err = err
+			x.conflict(OutcomeWaitTimeout, rec)
 		case res.Acquired:
 			x.execute()
 		case res.Existing.Fingerprint != x.fp || validResponse(res.Existing.Response) != nil:
@@ -380,7 +396,6 @@ func (x *run) execute() {
 	x.cw = capture{w: x.w, max: e.cfg.maxResponseBody, buf: buf, run: x}
 	c := &x.cw
 	r := x.r
-	var tx Tx
 	if e.txb != nil {
 		bctx := storeContext(r.Context(), e.cfg.storeTimeout, false)
 		start := time.Now()
@@ -392,10 +407,10 @@ func (x *run) execute() {
 			x.storeFailure(err)
 			return
 		}
-		tx, c.tx = t, t
+		c.tx = t
 		r = r.WithContext(t.Context(r.Context()))
 	}
-	stopHeartbeat := x.heartbeat()
+	x.stopHeartbeat = x.heartbeat()
 	hstart := time.Now()
 	finished := false
 	defer func() {
@@ -403,99 +418,123 @@ func (x *run) execute() {
 			return
 		}
 		// The handler panicked: release the key and let the panic go on.
-		stopHeartbeat()
+		x.stopHeartbeat()
 		x.ev.Handler = time.Since(hstart)
-		if tx != nil {
-			x.rollback(tx)
+		if c.tx != nil {
+			x.rollback(c.tx)
 		}
-		if !c.direct && !c.hijacked {
+		switch {
+		case c.hijacked:
+		case !c.direct:
 			x.release()
+		case x.ev.Outcome == OutcomeExecuted:
+			// The stream had started and its record was completed: the
+			// client saw a truncated response, so the record must go.
+			x.evict()
 		}
-		if x.ev.Outcome == "" {
-			x.ev.Outcome = OutcomeReleased
-		}
+		x.ev.Outcome = OutcomeReleased
 		x.done()
 	}()
 	x.next.ServeHTTP(c, r)
 	finished = true
-	stopHeartbeat()
+	x.stopHeartbeat()
 	x.ev.Handler = time.Since(hstart)
-	defer bufPool.Put(buf)
+	if buf.Cap() <= 64<<10 {
+		defer bufPool.Put(buf)
+	}
 
 	switch {
 	case c.hijacked:
 		x.ev.Outcome = OutcomeReleased
-		if tx != nil {
-			x.rollback(tx)
+		if c.tx != nil {
+			x.rollback(c.tx)
 		}
 	case c.abandon:
 		x.ev.Outcome = OutcomeReleased
-		if tx != nil {
-			x.rollback(tx)
+		if c.tx != nil {
+			x.rollback(c.tx)
 		}
 		x.release()
 	case c.direct:
 		// Streamed: stored or released when it started.
-		x.ev.Status = c.status
 	default:
 		if c.status == 0 {
 			c.WriteHeader(http.StatusOK)
 		}
 		c.sniff()
-		x.ev.Status = c.status
-		if e.cfg.release(c.status) || x.lost.Load() {
-			if tx != nil {
-				x.rollback(tx)
-			}
-			if x.lost.Load() {
-				x.ev.Outcome, x.ev.Err = OutcomeExecuted, ErrLeaseLost
-			} else {
-				x.ev.Outcome = OutcomeReleased
-				x.release()
-			}
-		} else if err := x.store(c, tx, false); err != nil && tx != nil {
-			x.ev.Outcome, x.ev.Status = OutcomeReleased, problemCommit.status
-			e.writeProblem(x.w, problemCommit, "The request's changes and its stored response were not committed together; retry with the same key to learn the outcome.", 0)
-			x.done()
-			return
-		} else {
-			x.ev.Outcome = OutcomeExecuted
+		if x.settle(c, false) {
+			c.send()
 		}
-		c.send()
 	}
 	x.done()
 }
 
-// store completes the record with the captured response (body omitted when
-// streaming). With a transaction it commits it; a failed commit releases
-// the key and returns the error.
-func (x *run) store(c *capture, tx Tx, omitted bool) error {
+// settle stores the captured response or releases the key, by the release
+// rule; omitted marks a streamed response whose body is not kept. It
+// returns false when a failed transaction commit was answered with 500
+// instead of the response.
+func (x *run) settle(c *capture, omitted bool) bool {
 	e := x.p.e
-	resp := Response{Status: c.status, Header: storedHeader(c.header, e.cfg.replayHeader)}
+	x.ev.Status = c.status
+	// With a transaction, Commit's own token check decides a lost claim.
+	lost := x.lost.Load() && c.tx == nil
+	switch {
+	case c.status < 200 || e.cfg.release(c.status):
+		if c.tx != nil {
+			x.rollback(c.tx)
+		}
+		x.ev.Outcome = OutcomeReleased
+		x.release()
+		return true
+	case lost:
+		x.ev.Outcome, x.ev.Err = OutcomeExecuted, ErrLeaseLost
+		return true
+	}
+	if err := x.store(c, omitted); err != nil && c.tx != nil {
+		x.ev.Outcome, x.ev.Status = OutcomeReleased, problemCommit.status
+		e.writeProblem(x.w, problemCommit, "The transaction holding the request's changes and its stored response failed to commit; retry with the same key to learn the outcome.", 0)
+		return false
+	}
+	x.ev.Outcome = OutcomeExecuted
+	return true
+}
+
+// store completes the record with the captured response (body omitted when
+// streaming). With a transaction it commits it; a failed commit rolls back,
+// releases the key and returns the error. A Complete that fails for a
+// reason other than a lost claim is tried once more.
+func (x *run) store(c *capture, omitted bool) error {
+	e := x.p.e
+	resp := Response{Status: c.status, Header: storedHeader(c.header, x.w.Header(), e.cfg.replayHeader, omitted)}
 	if omitted {
 		resp.BodyOmitted = true
 	} else {
 		resp.Body = c.buf.Bytes()
 	}
-	now := e.cfg.clock()
-	ctx, cancel := x.ctx()
-	defer cancel()
-	t := time.Now()
 	var err error
-	op := StoreComplete
-	if tx != nil {
-		op = StoreCommit
-		err = tx.Commit(ctx, resp, now, now.Add(x.p.retention))
-	} else {
-		err = e.store.Complete(ctx, x.scope, x.key, x.token, resp, now, now.Add(x.p.retention))
+	for try := 0; try < 2; try++ {
+		now := e.cfg.clock()
+		ctx := storeContext(x.r.Context(), e.cfg.storeTimeout, true)
+		t := time.Now()
+		op := StoreComplete
+		if c.tx != nil {
+			op = StoreCommit
+			err = c.tx.Commit(ctx, resp, now, now.Add(x.p.retention))
+		} else {
+			err = e.store.Complete(ctx, x.scope, x.key, x.token, resp, now, now.Add(x.p.retention))
+		}
+		d := time.Since(t)
+		x.ev.Finish += d
+		e.observeStore(ctx, op, d, err)
+		ctx.release()
+		if err == nil || c.tx != nil || errors.Is(err, ErrLeaseLost) {
+			break
+		}
 	}
-	d := time.Since(t)
-	x.ev.Finish += d
-	e.observeStore(ctx, op, d, err)
 	if err != nil {
 		x.ev.Err = err
-		if tx != nil {
-			x.rollback(tx)
+		if c.tx != nil {
+			x.rollback(c.tx)
 			x.release()
 		}
 	}
@@ -506,27 +545,30 @@ func (x *run) store(c *capture, tx Tx, omitted bool) error {
 // streaming before the handler returned. It returns false when the
 // response must be abandoned (a failed commit was answered with 500).
 func (x *run) commitStream(c *capture) bool {
-	e := x.p.e
-	x.ev.Status = c.status
-	if e.cfg.release(c.status) || x.lost.Load() {
-		if c.tx != nil {
-			x.rollback(c.tx)
-		}
-		x.ev.Outcome = OutcomeReleased
-		if x.lost.Load() {
-			x.ev.Outcome, x.ev.Err = OutcomeExecuted, ErrLeaseLost
-		} else {
-			x.release()
-		}
-		return true
+	x.stopHeartbeat() // the claim ends here, one way or the other
+	ok := x.settle(c, true)
+	if ok && c.tx != nil && x.ev.Outcome == OutcomeExecuted {
+		c.tx = nil // committed: nothing left to roll back
 	}
-	if err := x.store(c, c.tx, true); err != nil && c.tx != nil {
-		x.ev.Outcome, x.ev.Status = OutcomeReleased, problemCommit.status
-		e.writeProblem(x.w, problemCommit, "The request's changes and its stored response were not committed together; retry with the same key to learn the outcome.", 0)
-		return false
+	return ok
+}
+
+// evict deletes the completed record of a stream whose handler panicked,
+// when the store can delete.
+func (x *run) evict() {
+	d, ok := x.p.e.store.(Deleter)
+	if !ok {
+		x.ev.Err = errors.New("idem: a streamed response's handler panicked after its record was completed, and the store cannot delete it")
+		return
 	}
-	x.ev.Outcome = OutcomeExecuted
-	return true
+	ctx := storeContext(x.r.Context(), x.p.e.cfg.storeTimeout, true)
+	defer ctx.release()
+	t := time.Now()
+	_, err := d.Delete(ctx, x.scope, x.key)
+	x.p.e.observeStore(ctx, StoreDelete, time.Since(t), err)
+	if err != nil {
+		x.ev.Err = err
+	}
 }
 
 // onHijack releases the claim before the connection is handed over.
@@ -539,8 +581,8 @@ func (x *run) onHijack(c *capture) {
 }
 
 func (x *run) release() {
-	ctx, cancel := x.ctx()
-	defer cancel()
+	ctx := x.ctx()
+	defer ctx.release()
 	t := time.Now()
 	err := x.p.e.store.Release(ctx, x.scope, x.key, x.token)
 	d := time.Since(t)
@@ -551,9 +593,19 @@ func (x *run) release() {
 	}
 }
 
+// releaseOrphan releases a claim whose Claim call failed, in case it
+// landed; it reports only to the store observer.
+func (e *Engine) releaseOrphan(parent context.Context, scope, key, token string) {
+	ctx := storeContext(parent, e.cfg.storeTimeout, true)
+	defer ctx.release()
+	t := time.Now()
+	err := e.store.Release(ctx, scope, key, token)
+	e.observeStore(ctx, StoreRelease, time.Since(t), err)
+}
+
 func (x *run) rollback(tx Tx) {
-	ctx, cancel := x.ctx()
-	defer cancel()
+	ctx := x.ctx()
+	defer ctx.release()
 	t := time.Now()
 	err := tx.Rollback(ctx)
 	x.p.e.observeStore(ctx, StoreRollback, time.Since(t), err)
@@ -569,10 +621,13 @@ func (x *run) heartbeat() func() {
 	if e.cfg.heartbeat <= 0 {
 		return func() {}
 	}
+	// Beat often enough for the lease in effect on this route.
+	interval := min(e.cfg.heartbeat, min(e.cfg.lease, x.p.retention)/3)
 	stop := make(chan struct{})
+	var once sync.Once
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(e.cfg.heartbeat)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
@@ -581,18 +636,18 @@ func (x *run) heartbeat() func() {
 			case <-t.C:
 			}
 			now := e.cfg.clock()
-			ctx, cancel := x.ctx()
+			ctx := x.ctx()
 			t := time.Now()
 			err := e.extender.Extend(ctx, x.scope, x.key, x.token, now, now.Add(min(e.cfg.lease, x.p.retention)))
 			e.observeStore(ctx, StoreExtend, time.Since(t), err)
-			cancel()
+			ctx.release()
 			if errors.Is(err, ErrLeaseLost) {
 				x.lost.Store(true)
 				return
 			}
 		}
 	})
-	return func() { close(stop); wg.Wait() }
+	return func() { once.Do(func() { close(stop); wg.Wait() }) }
 }
 
 func (e *Engine) observeStore(ctx context.Context, op StoreOp, d time.Duration, err error) {
@@ -661,16 +716,29 @@ func bodyAllowed(status int) bool {
 	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
-// storedHeader returns h without the headers that are never stored:
-// Set-Cookie, Date, Content-Length, the replay marker, and hop-by-hop
-// headers (including those named in Connection). It returns h itself when
-// there is nothing to remove.
-func storedHeader(h http.Header, replayHeader string) http.Header {
+// storedHeader returns the handler's headers h as they are stored: without
+// Set-Cookie, Date, Content-Length, the replay markers, hop-by-hop headers
+// (including those named in Connection), headers that middleware outside
+// the engine set and the handler left as they were (they are the current
+// request's, such as X-Request-Id), and, when the body is omitted, the
+// headers that describe the body. It returns h itself when there is
+// nothing to remove.
+func storedHeader(h, outer http.Header, replayHeader string, omitted bool) http.Header {
 	drop := func(k string) bool {
 		switch k {
 		case "Set-Cookie", "Date", "Content-Length", "Connection", "Keep-Alive", "Proxy-Connection",
 			"Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 			replayHeader, HeaderBodyOmitted:
+			return true
+		case "Content-Encoding", "Content-Range", "Content-Md5", "Digest", "Content-Digest", "Repr-Digest", "Etag":
+			if omitted {
+				return true
+			}
+		}
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+		if ov, ok := outer[k]; ok && slices.Equal(ov, h[k]) {
 			return true
 		}
 		for _, v := range h["Connection"] {
@@ -786,8 +854,10 @@ func fingerprintRequest(r *http.Request, body []byte) string {
 
 func newToken() string {
 	var b [16]byte
+	var h [32]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // statusWriter records the status of an unprotected response.

@@ -38,6 +38,9 @@ const (
 	OutcomeInvalidKey Outcome = "invalid_key"
 	// OutcomeBodyTooLarge: the request body exceeds the cap; 413.
 	OutcomeBodyTooLarge Outcome = "body_too_large"
+	// OutcomeBodyUnreadable: the request body could not be read (the
+	// client went away, or sent less than its Content-Length); 400.
+	OutcomeBodyUnreadable Outcome = "body_unreadable"
 	// OutcomeStoreFailure: the store failed or timed out. Fail closed
 	// answers 503; fail open runs the handler unprotected
 	// (Event.FailedOpen).
@@ -129,7 +132,7 @@ func SlogObserver(logger *slog.Logger) Observer {
 		level := slog.LevelDebug
 		switch ev.Outcome {
 		case OutcomeConflict, OutcomeWaitTimeout, OutcomeFingerprintMismatch,
-			OutcomeMissingKey, OutcomeInvalidKey, OutcomeBodyTooLarge:
+			OutcomeMissingKey, OutcomeInvalidKey, OutcomeBodyTooLarge, OutcomeBodyUnreadable:
 			level = slog.LevelInfo
 		case OutcomeStoreFailure:
 			level = slog.LevelError

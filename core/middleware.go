@@ -9,11 +9,10 @@ import (
 // engine's policy and opts.
 //
 // The route template that scopes keys is, in order: the RouteFunc option's
-// answer; the ServeMux pattern of the request (r.Pattern, set when the
-// middleware wraps a handler registered on a ServeMux), without its method;
-// or, when next is itself a *http.ServeMux, the pattern it would match. A
-// request that such a ServeMux does not match (404, 405) passes through
-// untouched. Otherwise the route is empty: keys are scoped by method and
+// answer; when next is itself a *http.ServeMux, the pattern it would match
+// (a request it does not match, 404 or 405, passes through untouched); or
+// the ServeMux pattern of the request (r.Pattern, set when the middleware
+// wraps a handler registered on a ServeMux), without its method. Otherwise the route is empty: keys are scoped by method and
 // namespace only.
 //
 //	mux := http.NewServeMux()
@@ -32,15 +31,17 @@ func (e *Engine) Middleware(opts ...RouteOption) func(http.Handler) http.Handler
 			switch {
 			case p.routeFunc != nil:
 				route = p.routeFunc(r)
-			case r.Pattern != "":
-				route = patternRoute(r.Pattern)
 			case mux != nil:
+				// The mux this middleware wraps knows the route; an outer
+				// mux's pattern (r.Pattern) would only name the mount.
 				_, pattern := mux.Handler(r)
 				if pattern == "" {
 					next.ServeHTTP(w, r)
 					return
 				}
 				route = patternRoute(pattern)
+			case r.Pattern != "":
+				route = patternRoute(r.Pattern)
 			}
 			p.Serve(w, r, route, next)
 		})

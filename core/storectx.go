@@ -25,6 +25,9 @@ type storeCtx struct {
 	nextID int
 }
 
+// closedChan is the Done of a context released before anyone asked.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // storeContext returns a context for one store call that ends after
 // timeout. Call cancel when the call returns.
 func storeContext(parent context.Context, timeout time.Duration, detached bool) *storeCtx {
@@ -142,11 +145,17 @@ func (c *storeCtx) Err() error {
 // release stops the timer and the parent's watch, if they were started.
 func (c *storeCtx) release() {
 	// A Done after the call is over gets a closed channel.
+	started := true
 	c.once.Do(func() {
+		started = false
 		c.mu.Lock()
-		c.done = make(chan struct{})
+		c.done = closedChan
+		c.err = context.Canceled
 		c.mu.Unlock()
 	})
+	if !started {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err == nil {
