@@ -246,7 +246,7 @@ func (c *capture) sendHead(length int) {
 	for k, v := range c.header {
 		h[k] = v[:len(v):len(v)] // an append outside must not reach the stored slice
 	}
-	if length >= 0 && bodyAllowed(c.status) && len(h["Content-Length"]) == 0 && len(h["Transfer-Encoding"]) == 0 {
+	if length >= 0 && bodyAllowed(c.status) && len(h["Content-Length"]) == 0 && len(h["Transfer-Encoding"]) == 0 && len(h["Trailer"]) == 0 {
 		c.run.cl[0] = strconv.Itoa(length)
 		h["Content-Length"] = c.run.cl[:]
 	}

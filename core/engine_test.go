@@ -539,8 +539,11 @@ func (t *testTx) Commit(ctx context.Context, resp Response, now, exp time.Time) 
 	if t.s.fail {
 		return errors.New("commit failed")
 	}
+	if err := t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, exp); err != nil {
+		return err
+	}
 	t.s.committed++
-	return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, exp)
+	return nil
 }
 
 func (t *testTx) Rollback(ctx context.Context) error { t.s.rolled++; return nil }
