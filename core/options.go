@@ -173,7 +173,8 @@ func WithMaxRequestBody(n int64) Option {
 
 // WithMaxResponseBody sets the largest response body the engine stores, in
 // bytes. A larger response is streamed to the client and stored as its
-// status and headers with the body omitted. Default: 1 MiB.
+// status and headers with the body omitted; 0 stores no body at all.
+// Default: 1 MiB.
 func WithMaxResponseBody(n int) Option {
 	return func(c *config) error {
 		if n < 0 {
@@ -197,7 +198,10 @@ func WithStoreTimeout(d time.Duration) Option {
 
 // WithFailOpen makes a failing store run the handler unprotected (reported
 // as OutcomeStoreFailure with Event.FailedOpen) instead of answering 503.
-// Default: fail closed (503 with Retry-After).
+// Such a run has no claim and, with an exactly-once store, no transaction.
+// A request that found its key in flight and is waiting (WithWait) is
+// never run unprotected: a store failure then answers 409. Default: fail
+// closed (503 with Retry-After).
 func WithFailOpen() Option {
 	return func(c *config) error { c.failOpen = true; return nil }
 }

@@ -202,8 +202,13 @@ type Notifier interface {
 //     after a failed Commit, the engine calls Tx.Rollback and then
 //     Store.Release.
 //
+// A response that streams (the handler flushes, or the body outgrows the
+// engine's cap) commits at that moment, with its body omitted; the
+// handler's writes after it fail.
+//
 // Tx.Commit must apply the same token check as Store.Complete and return
-// ErrLeaseLost, committing nothing, when the claim is no longer held.
+// ErrLeaseLost, committing nothing, when the claim is no longer held. As
+// with Complete, the caller reuses resp.Body's memory once it returns.
 // Rollback after Commit, or twice, is a no-op.
 type TxBeginner interface {
 	BeginTx(ctx context.Context, scope, key, token string) (Tx, error)
