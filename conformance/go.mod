@@ -2,10 +2,6 @@ module github.com/idemkit/idem/conformance
 
 go 1.26
 
-require (
-	github.com/idemkit/idem/core v0.0.0
-)
+require github.com/idemkit/idem/core v0.0.0
 
-replace (
-	github.com/idemkit/idem/core => ../core
-)
+replace github.com/idemkit/idem/core => ../core
