@@ -285,7 +285,7 @@ func (x *run) storeFailure(err error) {
 		x.done()
 		return
 	}
-	e.writeProblem(x.w, problemStore, "The idempotency store could not be reached; retry with the same key.", 1)
+	e.writeProblem(x.w, problemStore, "The idempotency store failed or did not answer in time; retry with the same key.", 1)
 	x.ev.Status = problemStore.status
 	x.done()
 }

@@ -1,12 +1,39 @@
 // Package memstore is an in-memory [idem.Store] for a single process: tests,
 // development, and services that run one replica.
 //
-// Records live in a map guarded by one mutex, with a min-heap on ExpiresAt
-// beside it. The heap lets a full store evict the record closest to expiry
-// in O(log n) and lets a background sweeper reclaim expired records without
-// scanning. Records are lost when the process exits, and two processes never
-// see each other's keys: behind a load balancer, use the Redis or PostgreSQL
-// store instead.
+// Records live in a map guarded by one mutex, with two min-heaps on
+// ExpiresAt beside it: one holds the in-progress claims (whose ExpiresAt is
+// their lease end), the other the completed records. The heaps let a full
+// store choose a record to evict in O(log n) and let a background sweeper
+// reclaim expired records without scanning. Records are lost when the
+// process exits, and two processes never see each other's keys: behind a
+// load balancer, use the Redis or PostgreSQL store instead.
+//
+// # Size limit
+//
+// A store holds at most [DefaultMaxEntries] records unless [WithMaxEntries]
+// says otherwise. When it is full, a claim on a new key makes room by
+// evicting one record, with expiry judged at the claim's Now:
+//
+//  1. an expired record if there is one (a completed record at or past its
+//     ExpiresAt, or an abandoned claim at or past its lease end), the one
+//     that expired first;
+//  2. otherwise the completed record closest to its ExpiresAt. Its key's
+//     next retry runs the request again instead of replaying it.
+//
+// A live in-progress claim is never evicted: the request that holds it is
+// still running, and a duplicate would run beside it. When every record is
+// a live in-progress claim, Claim returns [ErrFull], which the engine
+// answers with 503 Service Unavailable (unless it fails open): the process
+// has more requests in flight than the store may hold. Evicting a record wakes its watchers, as
+// deleting it does.
+//
+// # Expiry
+//
+// Claim and Get treat a record that has expired at the caller's time as
+// absent. It stays in memory until a claim on its key takes it over,
+// eviction picks it, [Store.DeleteExpired] runs, or the background sweeper
+// (see [WithSweepInterval]) removes it by the store's clock ([WithClock]).
 //
 // The store implements [idem.Getter], [idem.Deleter], [idem.ExpiredDeleter],
 // [idem.Extender] and [idem.Notifier]. It does not implement

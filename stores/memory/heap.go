@@ -2,8 +2,17 @@ package memstore
 
 // expiryHeap is a min-heap of entries ordered by expiresAt. Each entry
 // keeps its position in index, so an entry whose expiry changes is fixed,
-// and a removed entry taken out, in O(log n).
+// and a removed entry taken out, in O(log n). An entry is in at most one
+// heap at a time.
 type expiryHeap []*entry
+
+// min returns the entry that expires first, or nil when the heap is empty.
+func (h expiryHeap) min() *entry {
+	if len(h) == 0 {
+		return nil
+	}
+	return h[0]
+}
 
 func (h expiryHeap) less(i, j int) bool { return h[i].expiresAt.Before(h[j].expiresAt) }
 

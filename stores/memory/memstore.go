@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 	"weak"
@@ -11,8 +12,8 @@ import (
 
 // Defaults for the options.
 const (
-	// DefaultMaxEntries is the number of records a Store holds before a new
-	// claim evicts the record closest to expiry.
+	// DefaultMaxEntries is the number of records a Store holds before a
+	// claim on a new key must evict one (see [WithMaxEntries]).
 	DefaultMaxEntries = 100_000
 	// DefaultSweepInterval is how often a Store removes expired records in
 	// the background.
@@ -22,6 +23,15 @@ const (
 // sweepBatch is how many expired records the sweeper removes per lock
 // acquisition, so that a large sweep never stalls claims for long.
 const sweepBatch = 1024
+
+// ErrFull is returned by [Store.Claim] for a new key when the store holds
+// its maximum number of records (see [WithMaxEntries]) and every one is a
+// live in-progress claim, none of which may be evicted. Claim then stores
+// nothing and changes nothing. The idem engine treats it like any store
+// failure: it answers 503 (or, with idem.WithFailOpen, runs the request
+// unprotected). There is room again once a claim completes, is released,
+// or reaches the end of its lease.
+var ErrFull = errors.New("memstore: full: every entry is a request in progress")
 
 var (
 	_ idem.Store          = (*Store)(nil)
@@ -38,25 +48,48 @@ type Option func(*config)
 type config struct {
 	maxEntries    int
 	sweepInterval time.Duration
+	clock         func() time.Time
 }
 
 // WithMaxEntries sets how many records the store holds at most; the default
-// is [DefaultMaxEntries]. When the store is full, a claim on a new key first
-// evicts the record closest to expiry: an expired record if there is one,
-// otherwise the live record that would expire soonest, even an in-progress
-// claim or a completed response that could still have been replayed. Size
-// it for the retention you need. A value of zero or less removes the limit.
+// is [DefaultMaxEntries]. A value of zero or less removes the limit.
+//
+// When the store is full, a claim on a new key first evicts one record,
+// judging expiry at the claim's Now:
+//
+//  1. an expired record, if there is one: a completed record at or past
+//     its ExpiresAt, or an abandoned claim at or past its lease end;
+//     of several, the one that expired first;
+//  2. otherwise the completed record closest to its ExpiresAt, although a
+//     retry could still have replayed it (that retry then runs again).
+//
+// A live in-progress claim is never evicted, since a duplicate of its
+// request could then run while it still does. When every record is one,
+// Claim returns [ErrFull]. Size the store for the requests in flight plus
+// the completed records you want to keep for their whole retention.
 func WithMaxEntries(n int) Option {
 	return func(c *config) { c.maxEntries = n }
 }
 
 // WithSweepInterval sets how often a background goroutine removes expired
 // records; the default is [DefaultSweepInterval]. The sweeper compares
-// ExpiresAt with the wall clock (time.Now), since no caller's clock is at
-// hand. A value of zero or less disables it: expired records then stay
-// until they are claimed again, evicted, or removed by DeleteExpired.
+// ExpiresAt with the store's clock (see [WithClock]), since no caller's
+// time is at hand. A value of zero or less disables it: expired records
+// then stay until they are claimed again, evicted, or removed by
+// DeleteExpired.
 func WithSweepInterval(d time.Duration) Option {
 	return func(c *config) { c.sweepInterval = d }
+}
+
+// WithClock sets the clock the background sweeper reads to decide which
+// records have expired; the default, also selected by nil, is time.Now.
+// Give it the clock the engine uses (idem.WithClock), so that the sweeper
+// agrees with the engine on when a record expires. It is called from the
+// sweeper's goroutine and must be safe for concurrent use. Nothing else
+// reads it: Claim, eviction, Get, Complete, Extend and DeleteExpired
+// compare with the time their caller passes.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) { c.clock = now }
 }
 
 // Store is an in-memory idempotency store. Create one with [New]; call
@@ -65,7 +98,12 @@ func WithSweepInterval(d time.Duration) Option {
 type Store struct {
 	mu      sync.Mutex
 	entries map[recordKey]*entry
-	heap    expiryHeap
+	// Every entry is in exactly one heap, chosen by its state: running
+	// holds the in-progress claims, ordered by lease end (their ExpiresAt),
+	// and done the completed records, ordered by ExpiresAt. Eviction takes
+	// from running only what has expired.
+	running expiryHeap
+	done    expiryHeap
 	waiters map[recordKey][]chan struct{}
 	max     int
 
@@ -73,7 +111,7 @@ type Store struct {
 	// Store dropped without Close can be collected; the goroutine then exits
 	// at its next tick.
 	closeOnce sync.Once
-	done      chan struct{} // closed by Close; nil when sweeping is disabled
+	closed    chan struct{} // closed by Close; nil when sweeping is disabled
 }
 
 type recordKey struct {
@@ -91,7 +129,7 @@ type entry struct {
 	createdAt   time.Time
 	leaseEnd    time.Time
 	expiresAt   time.Time
-	index       int // position in the expiry heap
+	index       int // position in the heap of its state (Store.heapOf)
 }
 
 // record returns a copy of the entry as an idem.Record.
@@ -123,9 +161,12 @@ func (e *entry) holds(token string) bool {
 // New returns an empty Store. Unless sweeping is disabled with
 // [WithSweepInterval], it starts a goroutine that [Store.Close] stops.
 func New(opts ...Option) *Store {
-	cfg := config{maxEntries: DefaultMaxEntries, sweepInterval: DefaultSweepInterval}
+	cfg := config{maxEntries: DefaultMaxEntries, sweepInterval: DefaultSweepInterval, clock: time.Now}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.clock == nil {
+		cfg.clock = time.Now
 	}
 	s := &Store{
 		entries: make(map[recordKey]*entry),
@@ -133,8 +174,8 @@ func New(opts ...Option) *Store {
 		max:     cfg.maxEntries,
 	}
 	if cfg.sweepInterval > 0 {
-		s.done = make(chan struct{})
-		go sweepLoop(weak.Make(s), s.done, cfg.sweepInterval)
+		s.closed = make(chan struct{})
+		go sweepLoop(weak.Make(s), s.closed, cfg.sweepInterval, cfg.clock)
 	}
 	return s
 }
@@ -145,14 +186,14 @@ func New(opts ...Option) *Store {
 // is collected.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		if s.done != nil {
-			close(s.done)
+		if s.closed != nil {
+			close(s.closed)
 		}
 	})
 	return nil
 }
 
-func sweepLoop(store weak.Pointer[Store], done <-chan struct{}, interval time.Duration) {
+func sweepLoop(store weak.Pointer[Store], done <-chan struct{}, interval time.Duration, clock func() time.Time) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -164,7 +205,7 @@ func sweepLoop(store weak.Pointer[Store], done <-chan struct{}, interval time.Du
 			if s == nil {
 				return
 			}
-			s.sweep(time.Now())
+			s.sweep(clock())
 		}
 	}
 }
@@ -187,11 +228,40 @@ func (s *Store) removeExpired(now time.Time, limit int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for n != limit && len(s.heap) > 0 && !now.Before(s.heap[0].expiresAt) {
-		s.remove(s.heap[0])
+	for n != limit {
+		e := s.firstExpired(now)
+		if e == nil {
+			break
+		}
+		s.remove(e)
 		n++
 	}
 	return n
+}
+
+// firstExpired returns the record, of either state, that expired first if
+// it has expired at now, or nil. s.mu must be held.
+func (s *Store) firstExpired(now time.Time) *entry {
+	e, d := s.running.min(), s.done.min()
+	if e == nil || (d != nil && d.expiresAt.Before(e.expiresAt)) {
+		e = d
+	}
+	if e == nil || now.Before(e.expiresAt) {
+		return nil
+	}
+	return e
+}
+
+// victim returns the record a claim on a new key evicts at now when the
+// store is full: the record that expired first if any has, otherwise the
+// completed record closest to expiry, never a live in-progress claim. It
+// returns nil when every record is a live in-progress claim. s.mu must be
+// held.
+func (s *Store) victim(now time.Time) *entry {
+	if e := s.firstExpired(now); e != nil {
+		return e
+	}
+	return s.done.min()
 }
 
 // Len returns the number of records the store holds, including expired
@@ -205,8 +275,10 @@ func (s *Store) Len() int {
 // Claim takes (c.Scope, c.Key) when there is no record, when the record has
 // expired at c.Now, or when it is an in-progress claim whose lease has ended
 // at c.Now; otherwise it returns a copy of the record as Existing. See
-// [idem.Store]. When the store is full, a claim on a new key evicts the
-// record closest to expiry first (see [WithMaxEntries]).
+// [idem.Store]. When the store is full, a claim on a new key first evicts
+// an expired record or else the completed record closest to expiry, and
+// returns [ErrFull] when every record is a live in-progress claim (see
+// [WithMaxEntries]).
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.ClaimResult{}, err
@@ -222,6 +294,10 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		// Take over the expired record or abandoned claim in place. Its
 		// waiters stay: they wait for this key to settle, and the new
 		// claim's completion or release wakes them.
+		wasRunning := e.state == idem.StateInProgress
+		if !wasRunning {
+			s.done.remove(e.index)
+		}
 		e.fingerprint = c.Fingerprint
 		e.token = c.Token
 		e.state = idem.StateInProgress
@@ -229,11 +305,19 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		e.createdAt = c.Now
 		e.leaseEnd = c.LeaseEnd
 		e.expiresAt = c.LeaseEnd
-		s.heap.fix(e.index)
+		if wasRunning {
+			s.running.fix(e.index)
+		} else {
+			s.running.push(e)
+		}
 		return idem.ClaimResult{Acquired: true}, nil
 	}
 	for s.max > 0 && len(s.entries) >= s.max {
-		s.remove(s.heap[0])
+		v := s.victim(c.Now)
+		if v == nil {
+			return idem.ClaimResult{}, ErrFull
+		}
+		s.remove(v)
 	}
 	e := &entry{
 		k:           k,
@@ -245,14 +329,16 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		expiresAt:   c.LeaseEnd,
 	}
 	s.entries[k] = e
-	s.heap.push(e)
+	s.running.push(e)
 	return idem.ClaimResult{Acquired: true}, nil
 }
 
 // Complete stores resp, with a copy of its body, for the claim that holds
 // token, replayable until expiresAt. The header map is kept as it is, since
-// the caller never modifies it after Complete. It returns [idem.ErrLeaseLost] unless the record is in
-// progress, holds token and now is before its lease end. See [idem.Store].
+// the caller never modifies it after Complete. It returns
+// [idem.ErrLeaseLost] unless the record is in progress, holds token and now
+// is before its lease end. See [idem.Store]. From then on the record may be
+// evicted to make room (see [WithMaxEntries]).
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -265,12 +351,13 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 	if !ok || !e.holds(token) || !now.Before(e.leaseEnd) {
 		return idem.ErrLeaseLost
 	}
+	s.running.remove(e.index)
 	e.state = idem.StateCompleted
 	e.token = ""
 	e.resp = stored
 	e.leaseEnd = time.Time{}
 	e.expiresAt = expiresAt
-	s.heap.fix(e.index)
+	s.done.push(e)
 	s.notify(k)
 	return nil
 }
@@ -323,9 +410,10 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	return ok, nil
 }
 
-// DeleteExpired removes every record that has expired at now and returns
-// how many it removed. The background sweeper does the same with the wall
-// clock. It implements [idem.ExpiredDeleter].
+// DeleteExpired removes every record that has expired at now (completed
+// records and abandoned claims) and returns how many it removed; their
+// watchers are woken. The background sweeper does the same with the
+// store's clock (see [WithClock]). It implements [idem.ExpiredDeleter].
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -349,7 +437,7 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 	}
 	e.leaseEnd = leaseEnd
 	e.expiresAt = leaseEnd
-	s.heap.fix(e.index)
+	s.running.fix(e.index)
 	return nil
 }
 
@@ -388,12 +476,20 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 	return ch, stop, nil
 }
 
-// remove deletes e from the map and the heap and wakes its watchers.
+// remove deletes e from the map and its heap and wakes its watchers.
 // s.mu must be held.
 func (s *Store) remove(e *entry) {
 	delete(s.entries, e.k)
-	s.heap.remove(e.index)
+	s.heapOf(e).remove(e.index)
 	s.notify(e.k)
+}
+
+// heapOf returns the heap that holds e, which its state decides.
+func (s *Store) heapOf(e *entry) *expiryHeap {
+	if e.state == idem.StateInProgress {
+		return &s.running
+	}
+	return &s.done
 }
 
 // notify closes and forgets every watcher of k. s.mu must be held.

@@ -2,9 +2,14 @@ package memstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -68,13 +73,15 @@ func TestEviction(t *testing.T) {
 		wantAfter int
 	}{
 		{
-			name: "ClosestToExpiry",
+			// The live claims expire first, but only a completed record
+			// may go.
+			name: "CompletedBeforeLiveClaims",
 			existing: []rec{
 				{"a", 10 * time.Minute, false},
 				{"b", 5 * time.Minute, false},
 				{"c", time.Hour, true},
 			},
-			wantGone: "b",
+			wantGone: "c",
 		},
 		{
 			name: "CompletedClosestToExpiry",
@@ -86,11 +93,50 @@ func TestEviction(t *testing.T) {
 			wantGone: "b",
 		},
 		{
-			name: "ExpiredFirst",
+			name: "AbandonedClaimBeforeLiveCompleted",
 			existing: []rec{
-				{"live-completed", time.Hour, true},
+				{"live-completed", 11 * time.Minute, true},
 				{"live-claim", 20 * time.Minute, false},
 				{"abandoned", 5 * time.Minute, false},
+			},
+			claimAt:  10 * time.Minute,
+			wantGone: "abandoned",
+		},
+		{
+			name: "ExpiredCompletedBeforeLiveCompleted",
+			existing: []rec{
+				{"live-completed", 11 * time.Minute, true},
+				{"live-claim", 12 * time.Minute, false},
+				{"expired-completed", 5 * time.Minute, true},
+			},
+			claimAt:  10 * time.Minute,
+			wantGone: "expired-completed",
+		},
+		{
+			name: "ExpiredAtClaimTime",
+			existing: []rec{
+				{"live-completed", time.Hour, true},
+				{"abandoned", 10 * time.Minute, false},
+			},
+			claimAt:  10 * time.Minute, // exactly at the lease end
+			wantGone: "abandoned",
+		},
+		{
+			name: "FirstExpiredCompleted",
+			existing: []rec{
+				{"live-completed", time.Hour, true},
+				{"abandoned", 5 * time.Minute, false},
+				{"expired-completed", 3 * time.Minute, true},
+			},
+			claimAt:  10 * time.Minute,
+			wantGone: "expired-completed",
+		},
+		{
+			name: "FirstExpiredClaim",
+			existing: []rec{
+				{"live-completed", time.Hour, true},
+				{"abandoned", 3 * time.Minute, false},
+				{"expired-completed", 5 * time.Minute, true},
 			},
 			claimAt:  10 * time.Minute,
 			wantGone: "abandoned",
@@ -123,7 +169,7 @@ func TestEviction(t *testing.T) {
 			for _, r := range tc.existing {
 				gone := r.key == tc.wantGone
 				if present(t, s, r.key) == gone {
-					t.Errorf("record %q present = %t, want %t (the record closest to expiry is %q)", r.key, !gone, !gone, tc.wantGone)
+					t.Errorf("record %q present = %t, want %t (the record to evict is %q)", r.key, gone, !gone, tc.wantGone)
 				}
 				select {
 				case <-watches[r.key]:
@@ -147,9 +193,13 @@ func TestEvictionKeepsMaxEntries(t *testing.T) {
 	const max = 100
 	s := memstore.New(memstore.WithMaxEntries(max), memstore.WithSweepInterval(0))
 	base := time.Now()
-	// Later claims get later lease ends, so the oldest claims go first.
+	// Later records expire later, so the oldest records go first.
 	for i := range 3 * max {
-		mustAcquire(t, s, claim(strconv.Itoa(i), base, time.Duration(i+1)*time.Second))
+		c := claim(strconv.Itoa(i), base, time.Minute)
+		mustAcquire(t, s, c)
+		if err := s.Complete(t.Context(), scope, c.Key, c.Token, idem.Response{Status: http.StatusOK}, base, base.Add(time.Duration(i+1)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		if n := s.Len(); n > max {
 			t.Fatalf("Len() = %d after %d claims, want at most %d", n, i+1, max)
 		}
@@ -158,6 +208,217 @@ func TestEvictionKeepsMaxEntries(t *testing.T) {
 		if want := i >= 2*max; present(t, s, strconv.Itoa(i)) != want {
 			t.Errorf("record %d present = %t, want %t", i, !want, want)
 		}
+	}
+}
+
+// mustBeFull checks that a claim on key at now fails with ErrFull and
+// changes nothing.
+func mustBeFull(t *testing.T, s *memstore.Store, key string, now time.Time) {
+	t.Helper()
+	before := s.Len()
+	res, err := s.Claim(t.Context(), claim(key, now, 5*time.Minute))
+	if !errors.Is(err, memstore.ErrFull) || res.Acquired || res.Existing != nil {
+		t.Fatalf("Claim(%q) on a store full of live claims = %+v, %v; want ErrFull", key, res, err)
+	}
+	if n := s.Len(); n != before {
+		t.Fatalf("Len() = %d after a refused claim, want %d", n, before)
+	}
+	if present(t, s, key) {
+		t.Fatalf("a refused claim stored %q", key)
+	}
+}
+
+// TestEvictionNeverTakesLiveClaim fills a store with live claims and
+// completed records and claims new keys: the completed records go, oldest
+// expiry first; then, with only live claims left, claims fail with ErrFull
+// until a claim completes, is released or reaches its lease end.
+func TestEvictionNeverTakesLiveClaim(t *testing.T) {
+	s := memstore.New(memstore.WithMaxEntries(4), memstore.WithSweepInterval(0))
+	base := time.Now()
+	// r1 and r2 are running; their leases end long before c1 and c2 expire.
+	mustAcquire(t, s, claim("r1", base, 10*time.Minute))
+	mustAcquire(t, s, claim("r2", base, 3*time.Minute))
+	for key, retention := range map[string]time.Duration{"c1": time.Hour, "c2": 24 * time.Hour} {
+		c := claim(key, base, time.Minute)
+		mustAcquire(t, s, c)
+		if err := s.Complete(t.Context(), scope, key, c.Token, idem.Response{Status: http.StatusOK}, base, base.Add(retention)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watches := map[string]<-chan struct{}{}
+	for _, key := range []string{"r1", "r2", "c1", "c2"} {
+		ch, stop, _ := s.Watch(t.Context(), scope, key)
+		t.Cleanup(stop)
+		watches[key] = ch
+	}
+	fired := func(key string) bool {
+		select {
+		case <-watches[key]:
+			return true
+		default:
+			return false
+		}
+	}
+	expect := func(step string, want ...string) {
+		t.Helper()
+		if n := s.Len(); n != len(want) {
+			t.Errorf("%s: Len() = %d, want %d", step, n, len(want))
+		}
+		for _, key := range want {
+			if !present(t, s, key) {
+				t.Errorf("%s: record %q is gone", step, key)
+			}
+		}
+	}
+
+	now := base.Add(time.Second)
+	mustAcquire(t, s, claim("n1", now, 10*time.Minute))
+	if present(t, s, "c1") || !fired("c1") {
+		t.Error("the completed record closest to expiry (c1) was not evicted first")
+	}
+	mustAcquire(t, s, claim("n2", now, 10*time.Minute))
+	if present(t, s, "c2") || !fired("c2") {
+		t.Error("the last completed record (c2) was not evicted")
+	}
+	expect("after evicting both completed records", "r1", "r2", "n1", "n2")
+
+	// Only live claims are left: a new key is refused, the claims stay,
+	// and a duplicate of a running request still sees its claim.
+	mustBeFull(t, s, "n3", now)
+	expect("after ErrFull", "r1", "r2", "n1", "n2")
+	if fired("r1") || fired("r2") {
+		t.Error("a refused claim woke the watchers of a live claim")
+	}
+	dup := claim("r1", now, 5*time.Minute)
+	dup.Token = "duplicate"
+	res, err := s.Claim(t.Context(), dup)
+	if err != nil || res.Acquired || res.Existing == nil || res.Existing.State != idem.StateInProgress {
+		t.Fatalf("duplicate of the running r1 on a full store: Claim = %+v, %v; want the in-progress record", res, err)
+	}
+
+	// A claim that completes becomes evictable.
+	if err := s.Complete(t.Context(), scope, "r1", "token-r1", idem.Response{Status: http.StatusOK}, now, now.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, s, claim("n3", now, 10*time.Minute))
+	if present(t, s, "r1") || !fired("r1") {
+		t.Error("r1, completed, was not evicted for n3")
+	}
+	expect("after r1 completed", "r2", "n1", "n2", "n3")
+	mustBeFull(t, s, "n4", now)
+
+	// A released claim leaves room.
+	if err := s.Release(t.Context(), scope, "n3", "token-n3"); err != nil {
+		t.Fatal(err)
+	}
+	mustAcquire(t, s, claim("n4", now, 10*time.Minute))
+	expect("after n3 was released", "r2", "n1", "n2", "n4")
+
+	// r2's lease ends at base+3m: before, it is live; from then on, it is
+	// an abandoned claim and may go.
+	mustBeFull(t, s, "n5", base.Add(3*time.Minute-time.Nanosecond))
+	if fired("r2") {
+		t.Error("r2 was evicted while its lease ran")
+	}
+	mustAcquire(t, s, claim("n5", base.Add(3*time.Minute), 10*time.Minute))
+	if present(t, s, "r2") || !fired("r2") {
+		t.Error("r2, abandoned, was not evicted for n5")
+	}
+	expect("after r2's lease ended", "n1", "n2", "n4", "n5")
+}
+
+// TestFullStoreNoDoubleExecution is the scenario that once ran a request
+// twice: with room for two records and two requests running, a third key
+// evicted the first request's claim, and a duplicate of the first request
+// then acquired its key while it was still running.
+func TestFullStoreNoDoubleExecution(t *testing.T) {
+	s := memstore.New(memstore.WithMaxEntries(2), memstore.WithSweepInterval(0))
+	now := time.Now()
+	mustAcquire(t, s, claim("a", now, 5*time.Minute))
+	mustAcquire(t, s, claim("b", now, 5*time.Minute))
+	mustBeFull(t, s, "c", now)
+	dup := claim("a", now.Add(time.Second), 5*time.Minute)
+	dup.Token = "duplicate"
+	res, err := s.Claim(t.Context(), dup)
+	if err != nil || res.Acquired {
+		t.Fatalf("duplicate of the running request: Claim = %+v, %v; want the existing claim (a second execution otherwise)", res, err)
+	}
+	if res.Existing == nil || res.Existing.State != idem.StateInProgress || res.Existing.Fingerprint != "fp-a" {
+		t.Fatalf("duplicate of the running request: Existing = %+v, want a's in-progress record", res.Existing)
+	}
+}
+
+// TestFullStoreThroughEngine runs the same scenario through the engine:
+// the third key gets a 503, the duplicate a 409, and the first request's
+// handler runs once.
+func TestFullStoreThroughEngine(t *testing.T) {
+	s := memstore.New(memstore.WithMaxEntries(2), memstore.WithSweepInterval(0))
+	var (
+		mu     sync.Mutex
+		events []idem.Event
+	)
+	e, err := idem.New(s, idem.WithObserver(func(_ context.Context, ev idem.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs [3]atomic.Int32 // by key: a, b, c
+	started := make(chan struct{})
+	unblock := make(chan struct{})
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		// The first runs of a and b block until the end of the test;
+		// anything else (a bug) answers at once, so the test fails rather
+		// than hangs.
+		if runs[key[0]-'a'].Add(1) == 1 && key != "c" {
+			started <- struct{}{}
+			<-unblock
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	do := func(key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"key":"`+key+`"}`))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	var wg sync.WaitGroup
+	for _, key := range []string{"a", "b"} {
+		wg.Go(func() {
+			if w := do(key); w.Code != http.StatusCreated {
+				t.Errorf("request %q: %d %s, want 201", key, w.Code, w.Body)
+			}
+		})
+		<-started
+	}
+	if w := do("c"); w.Code != http.StatusServiceUnavailable {
+		t.Errorf("request c on a store full of running requests: %d %s, want 503", w.Code, w.Body)
+	}
+	if w := do("a"); w.Code != http.StatusConflict {
+		t.Errorf("duplicate of the running request a: %d %s, want 409", w.Code, w.Body)
+	}
+	close(unblock)
+	wg.Wait()
+	for i, want := range []int32{1, 1, 0} {
+		if n := runs[i].Load(); n != want {
+			t.Errorf("handler ran %d times for key %c, want %d", n, 'a'+i, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var full bool
+	for _, ev := range events {
+		if ev.Outcome == idem.OutcomeStoreFailure && errors.Is(ev.Err, memstore.ErrFull) {
+			full = true
+		}
+	}
+	if !full {
+		t.Errorf("no store_failure event carries ErrFull; events: %+v", events)
 	}
 }
 
@@ -218,6 +479,68 @@ func TestSweep(t *testing.T) {
 	})
 }
 
+// TestSweepWithClock checks that the sweeper reads the clock WithClock
+// gives it rather than the wall clock, for records of both states.
+func TestSweepWithClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The engine's clock runs a year behind the bubble's wall clock and
+		// only moves when the test moves it.
+		var offset atomic.Int64
+		start := time.Now().AddDate(-1, 0, 0)
+		clock := func() time.Time { return start.Add(time.Duration(offset.Load())) }
+		s := memstore.New(memstore.WithSweepInterval(time.Minute), memstore.WithClock(clock))
+		defer s.Close()
+		now := clock()
+		mustAcquire(t, s, claim("abandoned", now, 30*time.Second))
+		mustAcquire(t, s, claim("live", now, time.Hour))
+		mustAcquire(t, s, claim("done", now, time.Minute))
+		if err := s.Complete(t.Context(), scope, "done", "token-done", idem.Response{Status: 200}, now, now.Add(90*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		abandoned, stop1, _ := s.Watch(t.Context(), scope, "abandoned")
+		defer stop1()
+		done, stop2, _ := s.Watch(t.Context(), scope, "done")
+		defer stop2()
+
+		// Every record has expired by the wall clock; none by the store's.
+		time.Sleep(10*time.Minute + time.Second)
+		synctest.Wait()
+		if n := s.Len(); n != 3 {
+			t.Fatalf("Len() = %d with the store's clock standing still, want 3: the sweeper read the wall clock", n)
+		}
+
+		offset.Store(int64(time.Minute)) // past the abandoned claim's lease
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if present(t, s, "abandoned") {
+			t.Error("the abandoned claim is still held after a sweep past its lease end")
+		}
+		select {
+		case <-abandoned:
+		default:
+			t.Error("the watch on the swept claim did not fire")
+		}
+		if !present(t, s, "done") || !present(t, s, "live") {
+			t.Error("the sweep removed a record that had not expired by the store's clock")
+		}
+
+		offset.Store(int64(2 * time.Minute)) // past the completed record's expiry
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if present(t, s, "done") {
+			t.Error("the completed record is still held after a sweep past its expiry")
+		}
+		select {
+		case <-done:
+		default:
+			t.Error("the watch on the swept completed record did not fire")
+		}
+		if n := s.Len(); n != 1 || !present(t, s, "live") {
+			t.Errorf("Len() = %d after the sweeps, want 1 (the live claim)", n)
+		}
+	})
+}
+
 func TestCloseStopsSweeper(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := memstore.New(memstore.WithSweepInterval(time.Minute))
@@ -267,7 +590,10 @@ var benchResponse = idem.Response{
 }
 
 // BenchmarkClaim measures Claim that acquires a new key on a store at its
-// default size limit, so each claim also evicts the oldest record.
+// default size limit, so each claim also evicts the oldest record: an
+// abandoned claim, since a live one is never evicted. The clock moves 1µs a
+// claim and a lease lasts 50ms, so the oldest of the DefaultMaxEntries
+// claims held ended its lease about 50ms before.
 func BenchmarkClaim(b *testing.B) {
 	s := memstore.New(memstore.WithSweepInterval(0))
 	keys := benchKeys(1 << 18)
@@ -276,7 +602,7 @@ func BenchmarkClaim(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		now = now.Add(time.Microsecond)
-		c := idem.Claim{Scope: scope, Key: keys[i&(len(keys)-1)], Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(5 * time.Minute)}
+		c := idem.Claim{Scope: scope, Key: keys[i&(len(keys)-1)], Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(50 * time.Millisecond)}
 		res, err := s.Claim(b.Context(), c)
 		if err != nil || !res.Acquired {
 			b.Fatalf("Claim = %+v, %v", res, err)
