@@ -189,21 +189,28 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // left as it was, headers included. It returns false, doing nothing, when
 // w does not belong to a protected request or the response has started.
 func Abandon(w http.ResponseWriter) bool {
+	c := findCapture(w)
+	if c == nil || c.status != 0 || c.direct || c.hijacked {
+		return false
+	}
+	c.abandon = true
+	return true
+}
+
+// findCapture returns the engine's writer that w is or wraps (through
+// Unwrap, as framework writers do), or nil.
+func findCapture(w http.ResponseWriter) *capture {
 	for range 16 {
 		switch u := w.(type) {
 		case *capture:
-			if u.status != 0 || u.direct || u.hijacked {
-				return false
-			}
-			u.abandon = true
-			return true
+			return u
 		case interface{ Unwrap() http.ResponseWriter }:
 			w = u.Unwrap()
 		default:
-			return false
+			return nil
 		}
 	}
-	return false
+	return nil
 }
 
 // sniff sets Content-Type from the buffered bytes when the handler set

@@ -700,19 +700,7 @@ func validResponse(r *Response) error {
 
 // nested reports whether w is, or wraps, the writer of a request this
 // engine (or another) already protects.
-func nested(w http.ResponseWriter) bool {
-	for range 16 {
-		switch u := w.(type) {
-		case *capture:
-			return true
-		case interface{ Unwrap() http.ResponseWriter }:
-			w = u.Unwrap()
-		default:
-			return false
-		}
-	}
-	return false
-}
+func nested(w http.ResponseWriter) bool { return findCapture(w) != nil }
 
 func bodyAllowed(status int) bool {
 	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
