@@ -481,7 +481,9 @@ func (x *run) settle(c *capture, omitted bool) bool {
 	// With a transaction, Commit's own token check decides a lost claim.
 	lost := x.lost.Load() && c.tx == nil
 	switch {
-	case c.status < 200 || e.cfg.release(c.status):
+	case c.status < 200 || c.status > 599 || e.cfg.release(c.status):
+		// Statuses outside 200..599 (a 101 without a hijack, a 7xx)
+		// cannot be replayed: never stored.
 		if c.tx != nil {
 			x.rollback(c.tx)
 		}

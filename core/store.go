@@ -196,8 +196,10 @@ type Notifier interface {
 //     there, such as pgxstore.Tx).
 //  3. When the response is to be stored, Tx.Commit writes the completed
 //     record inside the transaction and commits it before the response is
-//     sent. When Commit fails, nothing of the handler's writes remains; the
-//     engine answers 500 and releases the claim.
+//     sent. The handler's writes and the record commit together or not at
+//     all. When Commit fails the engine answers 500 and releases the claim
+//     (token-checked, so a record that did commit, as it may when the
+//     connection is lost during COMMIT, stays and is replayed to the retry).
 //  4. When the response is not to be stored (5xx, 429, panic, hijack), or
 //     after a failed Commit, the engine calls Tx.Rollback and then
 //     Store.Release.

@@ -84,7 +84,9 @@
 // statement; one listener connection per Store (taken from the pool and
 // hijacked, so it does not count against MaxConns) fans notifications out
 // in-process. If it drops, waiters are woken to poll and it reconnects with
-// backoff. Notifying commits take a database-wide lock in PostgreSQL; turn
+// backoff; Watch never waits for it, and watches taken while it is down are
+// woken when it is back. It stops for good when the pool it came from is
+// closed. Notifying commits take a database-wide lock in PostgreSQL; turn
 // notifications off with WithNotify(false) if no engine uses wait mode and
 // the completion rate is high.
 //
@@ -92,9 +94,22 @@
 //
 // Store.ExactlyOnce returns a view that implements idem.TxBeginner: the
 // engine begins a transaction before the handler, the handler writes
-// through Tx(r.Context()), and the completed record is written in the same
-// transaction and committed before the response is sent. It costs one
+// through Tx(r.Context()) (with Gin, Tx(c.Request.Context()); with Echo,
+// Tx(c.Request().Context())), and the completed record is written in the
+// same transaction and committed before the response is sent. It costs one
 // pooled connection per in-flight request; see ExactlyOnceStore.
+//
+// The commit happens when the response is stored: after the handler
+// returns, or, for a response that streams, at the handler's first Flush
+// or when its body outgrows the engine's response cap. The handler's
+// statements on the transaction after that point fail.
+//
+// If COMMIT fails, the handler's writes and the record either both
+// committed or neither did; a connection lost during COMMIT leaves which
+// one unknown. The engine answers 500 and releases the key. Release is
+// token-checked and never deletes a completed record, so a retry with the
+// same key gets the real outcome: a replay if the transaction committed,
+// a fresh run if it did not.
 //
 // # Expiry
 //

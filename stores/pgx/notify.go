@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/puddle/v2"
 )
 
 // Listener timing. Variables so tests can shorten them.
@@ -22,9 +23,6 @@ var (
 	// which doubles after each failure and is jittered.
 	listenerBackoff    = 100 * time.Millisecond
 	listenerMaxBackoff = 10 * time.Second
-	// watchReadyWait bounds how long Watch waits for the listener to come
-	// up before it returns anyway (the engine polls meanwhile).
-	watchReadyWait = 2 * time.Second
 )
 
 // Watch implements idem.Notifier.
@@ -39,30 +37,27 @@ var (
 //
 // When the listener's connection breaks, every watcher is woken (so the
 // engine polls) and the listener reconnects with jittered exponential
-// backoff; watchers registered while it was down are woken again when it is
-// back, since notifications may have been missed. Watch waits up to two
-// seconds (or until ctx is done) for the listener to be up before it
-// returns; either way the returned channel is valid.
+// backoff. Watch never waits for the listener: while it is down (or still
+// connecting, on the first Watch) the watch is registered at once and
+// woken when the listener is up, since notifications may have been missed
+// meanwhile; the engine polls as well.
+//
+// When the pool the store runs on has been closed (without Close), the
+// listener stops instead of retrying; watches then never fire and the
+// engine polls.
 //
 // With WithNotify(false), or on a DB that is a pgx.Tx, Watch returns a
 // channel that never fires. After Close it returns ErrClosed.
 func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
 	l, err := s.startListener()
 	if err != nil {
 		return nil, nil, err
 	}
 	if l == nil {
 		return make(chan struct{}), func() {}, nil
-	}
-	if ready := l.readyChan(); ready != nil {
-		t := time.NewTimer(watchReadyWait)
-		select {
-		case <-ready:
-		case <-ctx.Done():
-		case <-s.ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
 	}
 	w := &watcher{ch: make(chan struct{})}
 	p := payload(scope, key)
@@ -80,8 +75,8 @@ type listener struct {
 
 	mu       sync.Mutex
 	up       bool
-	ready    chan struct{} // closed when the listener is up; replaced when it goes down
 	watchers map[string]map[*watcher]struct{}
+	done     chan struct{} // closed when run returns
 }
 
 // startListener returns the store's listener, starting it on first use;
@@ -102,7 +97,7 @@ func (s *Store) startListener() (*listener, error) {
 	if connect == nil {
 		return nil, nil
 	}
-	l := &listener{s: s, ready: make(chan struct{}), watchers: make(map[string]map[*watcher]struct{})}
+	l := &listener{s: s, watchers: make(map[string]map[*watcher]struct{}), done: make(chan struct{})}
 	s.listener = l
 	s.wg.Go(func() { l.run(s.ctx, connect) })
 	return l, nil
@@ -127,13 +122,11 @@ func (s *Store) listenConnector() func(context.Context) (*pgx.Conn, error) {
 	return nil
 }
 
-func (l *listener) readyChan() <-chan struct{} {
+// isUp reports whether the listener is connected and listening.
+func (l *listener) isUp() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.up {
-		return nil
-	}
-	return l.ready
+	return l.up
 }
 
 func (l *listener) add(p string, w *watcher) {
@@ -177,11 +170,6 @@ func (l *listener) setUp(up bool) {
 		return
 	}
 	l.up = up
-	if up {
-		close(l.ready)
-	} else {
-		l.ready = make(chan struct{})
-	}
 	for p, set := range l.watchers {
 		for w := range set {
 			w.fire()
@@ -198,11 +186,18 @@ func (w *watcher) fire() {
 }
 
 func (l *listener) run(ctx context.Context, connect func(context.Context) (*pgx.Conn, error)) {
+	defer close(l.done)
 	backoff := listenerBackoff
 	for {
 		err := l.session(ctx, connect, &backoff)
 		l.setUp(false)
 		if ctx.Err() != nil {
+			return
+		}
+		if poolClosed(err) {
+			// The application closed the pool without closing the store:
+			// no connection will ever come from it again.
+			l.s.cfg.logger.Debug("pgxstore: listener stopped: the pool is closed", "table", l.s.table)
 			return
 		}
 		l.s.cfg.logger.Warn("pgxstore: listener disconnected; waiters poll until it is back",
@@ -259,6 +254,12 @@ func (l *listener) session(ctx context.Context, connect func(context.Context) (*
 			return err
 		}
 	}
+}
+
+// poolClosed reports whether err comes from acquiring a connection from a
+// closed *pgxpool.Pool.
+func poolClosed(err error) bool {
+	return errors.Is(err, puddle.ErrClosedPool)
 }
 
 func closeConn(c *pgx.Conn) {

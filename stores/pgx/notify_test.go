@@ -1,11 +1,15 @@
 package pgxstore
 
 import (
+	"context"
 	"errors"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -14,6 +18,39 @@ func fired(ch <-chan struct{}, within time.Duration) bool {
 	case <-ch:
 		return true
 	case <-time.After(within):
+		return false
+	}
+}
+
+// listening starts s's listener and waits until it is up, so a watch
+// taken afterwards is not woken by the listener coming up.
+func listening(t *testing.T, s *Store) {
+	t.Helper()
+	_, stop, err := s.Watch(t.Context(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	waitUp(t, s)
+}
+
+func waitUp(t *testing.T, s *Store) {
+	t.Helper()
+	for range 500 {
+		if s.listener.isUp() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("listener not up after 5s")
+}
+
+// closedNow reports whether ch is closed (or has a value) right now.
+func closedNow(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
 		return false
 	}
 }
@@ -29,6 +66,7 @@ func TestWatch(t *testing.T) {
 	defer s2.Close()
 	ctx := t.Context()
 	scope := claimAt("", "", "", t0, 0).Scope
+	listening(t, s)
 
 	for _, tc := range []struct {
 		name string
@@ -112,6 +150,7 @@ func TestWatchListenerReconnects(t *testing.T) {
 	if res, err := s.Claim(ctx, claimAt("k", "fp", "t", t0, time.Minute)); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
+	listening(t, s)
 	ch, stop, err := s.Watch(ctx, scope, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -133,18 +172,8 @@ func TestWatchListenerReconnects(t *testing.T) {
 	if !fired(ch, 5*time.Second) {
 		t.Fatal("watchers not woken when the listener dropped")
 	}
-	// Wait until the listener is back (a new Watch waits for it).
-	var back bool
-	for range 100 {
-		if l := s.listener; l.readyChan() == nil {
-			back = true
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !back {
-		t.Fatal("listener did not reconnect")
-	}
+	// Wait until the listener is back.
+	waitUp(t, s)
 	ch, stop, err = s.Watch(ctx, scope, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -189,11 +218,7 @@ func TestWatchDisabledAndClosed(t *testing.T) {
 func TestCloseStopsListener(t *testing.T) {
 	s := newStore(t, nil)
 	ctx := t.Context()
-	_, stop, err := s.Watch(ctx, "s", "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
+	listening(t, s)
 	count := func() int {
 		var n int
 		if err := s.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, "LISTEN "+quoted(s.channel)).Scan(&n); err != nil {
@@ -212,4 +237,125 @@ func TestCloseStopsListener(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("listener still connected after Close")
+}
+
+// Watch returns at once while the listener is down, also on the first
+// Watch, and the watch is woken when the listener comes up.
+func TestWatchDoesNotWaitForListener(t *testing.T) {
+	requirePostgres(t)
+	defer func(b time.Duration) { listenerBackoff = b }(listenerBackoff)
+	listenerBackoff = 20 * time.Millisecond
+	px := newProxy(t)
+	direct := newStore(t, nil) // creates and drops the table
+	s, err := New(poolAt(t, px.addr), WithTable(direct.Table()), WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	scope := claimAt("", "", "", t0, 0).Scope
+	px.down()
+
+	watch := func(key string) <-chan struct{} {
+		t.Helper()
+		start := time.Now()
+		ch, stop, err := s.Watch(ctx, scope, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		if d := time.Since(start); d > 200*time.Millisecond {
+			t.Fatalf("Watch with the listener down took %v", d)
+		}
+		return ch
+	}
+	first := watch("a") // starts the listener, which cannot connect
+	time.Sleep(100 * time.Millisecond)
+	second := watch("b")
+	if closedNow(first) || closedNow(second) || s.listener.isUp() {
+		t.Fatal("woken, or up, with the server unreachable")
+	}
+	px.up()
+	for i, ch := range []<-chan struct{}{first, second} {
+		if !fired(ch, 10*time.Second) {
+			t.Fatalf("watch %d not woken when the listener came up", i)
+		}
+	}
+	// Notifications flow once it is up.
+	waitUp(t, s)
+	if res, err := direct.Claim(ctx, claimAt("c", "fp", "t", t0, time.Minute)); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	ch := watch("c")
+	if err := direct.Release(ctx, scope, "c", "t"); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(ch, 5*time.Second) {
+		t.Fatal("no notification once the listener is up")
+	}
+}
+
+// countHandler counts the log records at Warn level or above.
+type countHandler struct{ warns *atomic.Int32 }
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		h.warns.Add(1)
+	}
+	return nil
+}
+func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countHandler) WithGroup(string) slog.Handler      { return h }
+
+// The application closes the pool without closing the store: once its
+// connection breaks, the listener stops instead of retrying (and warning)
+// forever.
+func TestListenerStopsWhenPoolClosed(t *testing.T) {
+	defer func(b time.Duration) { listenerBackoff = b }(listenerBackoff)
+	listenerBackoff = 20 * time.Millisecond
+	var warns atomic.Int32
+	p := newPool(t)
+	s := newStore(t, p, WithLogger(slog.New(countHandler{&warns})))
+	ctx := t.Context()
+	listening(t, s)
+	ch, stop, err := s.Watch(ctx, "s", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+
+	p.Close() // the listener's connection was hijacked: it survives this
+	c, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var n int
+	if err := c.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query = $1`, "LISTEN "+quoted(s.channel)).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("terminated %d listeners (%v), want 1", n, err)
+	}
+	if !fired(ch, 5*time.Second) {
+		t.Fatal("watchers not woken when the listener dropped")
+	}
+	select {
+	case <-s.listener.done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("listener still retrying on a closed pool (%d warnings)", warns.Load())
+	}
+	if w := warns.Load(); w > 1 {
+		t.Fatalf("%d warnings, want at most the one for the dropped connection", w)
+	}
+	// Watch still answers, at once, with a watch that never fires (the
+	// engine polls).
+	start := time.Now()
+	ch, stop2, err := s.Watch(ctx, "s", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop2()
+	if d := time.Since(start); d > 100*time.Millisecond || fired(ch, 50*time.Millisecond) {
+		t.Fatalf("Watch after the listener stopped: %v", d)
+	}
 }

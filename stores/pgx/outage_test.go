@@ -180,6 +180,7 @@ func TestOutageRecovery(t *testing.T) {
 	if res, err := s.Claim(ctx, claimAt("a", "fp", "t", t0, time.Minute)); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
+	listening(t, s)
 	ch, stop, err := s.Watch(ctx, scope, "a")
 	if err != nil {
 		t.Fatal(err)
@@ -220,12 +221,7 @@ func TestOutageRecovery(t *testing.T) {
 	}
 	// The listener is back too.
 	var ch2 <-chan struct{}
-	for range 100 {
-		if s.listener.readyChan() == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUp(t, s)
 	ch2, stop2, err := s.Watch(ctx, scope, "a")
 	if err != nil {
 		t.Fatal(err)

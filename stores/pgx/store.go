@@ -29,6 +29,13 @@ var (
 	// ErrTxManaged is returned when a handler calls Commit on the
 	// transaction it got from Tx: the engine commits it with the record.
 	ErrTxManaged = errors.New("pgxstore: the transaction is committed by the idempotency engine, not the handler")
+	// ErrCorruptRecord is wrapped by the error Claim or Get returns when a
+	// row cannot be a record this package wrote: a state other than 1 (in
+	// progress) or 2 (completed), an in-progress row without a lease end,
+	// a completed row whose status is NULL or outside 200 to 599, or a
+	// malformed headers column. Something other than this package changed
+	// the table; the engine answers 503 rather than replay it.
+	ErrCorruptRecord = errors.New("pgxstore: corrupt record")
 )
 
 // maxClaimAttempts bounds how often Claim re-runs its statement after
@@ -233,7 +240,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		if found && !r.takeable(now) {
 			rec, err := r.record()
 			if err != nil {
-				return idem.ClaimResult{}, err
+				return idem.ClaimResult{}, fmt.Errorf("%w (claim, key %q)", err, c.Key)
 			}
 			return idem.ClaimResult{Existing: &rec}, nil
 		}
@@ -302,7 +309,7 @@ func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem
 	}
 	rec, err := r.record()
 	if err != nil {
-		return idem.Record{}, false, err
+		return idem.Record{}, false, fmt.Errorf("%w (get, key %q)", err, key)
 	}
 	return rec, true, nil
 }
@@ -482,7 +489,16 @@ func (r *rawRecord) takeable(now time.Time) bool {
 	return r.state.Int16 == int16(idem.StateInProgress) && r.leaseEnd.Valid && !now.Before(r.leaseEnd.Time)
 }
 
+// record converts a row to a record, checking that it is one this package
+// can have written; otherwise it returns an error wrapping
+// ErrCorruptRecord.
 func (r *rawRecord) record() (idem.Record, error) {
+	if !r.state.Valid || (r.state.Int16 != int16(idem.StateInProgress) && r.state.Int16 != int16(idem.StateCompleted)) {
+		return idem.Record{}, fmt.Errorf("%w: state %s is neither 1 (in progress) nor 2 (completed)", ErrCorruptRecord, nullable(r.state.Int16, r.state.Valid))
+	}
+	if !r.createdAt.Valid || !r.expiresAt.Valid {
+		return idem.Record{}, fmt.Errorf("%w: created_at or expires_at is NULL", ErrCorruptRecord)
+	}
 	rec := idem.Record{
 		Fingerprint: string(r.fingerprint),
 		State:       idem.State(r.state.Int16),
@@ -491,11 +507,16 @@ func (r *rawRecord) record() (idem.Record, error) {
 	}
 	if r.leaseEnd.Valid {
 		rec.LeaseEnd = r.leaseEnd.Time
+	} else if rec.State == idem.StateInProgress {
+		return idem.Record{}, fmt.Errorf("%w: in progress without a lease end", ErrCorruptRecord)
 	}
 	if rec.State == idem.StateCompleted {
+		if !r.status.Valid || r.status.Int32 < 200 || r.status.Int32 > 599 {
+			return idem.Record{}, fmt.Errorf("%w: completed with status %s, not 200 to 599", ErrCorruptRecord, nullable(r.status.Int32, r.status.Valid))
+		}
 		h, err := decodeHeader(r.headers)
 		if err != nil {
-			return idem.Record{}, err
+			return idem.Record{}, fmt.Errorf("%w: %w", ErrCorruptRecord, err)
 		}
 		rec.Response = &idem.Response{
 			Status:      int(r.status.Int32),
@@ -505,6 +526,14 @@ func (r *rawRecord) record() (idem.Record, error) {
 		}
 	}
 	return rec, nil
+}
+
+// nullable formats a column value for an error message.
+func nullable[T int16 | int32](v T, valid bool) string {
+	if !valid {
+		return "NULL"
+	}
+	return strconv.Itoa(int(v))
 }
 
 // pool returns db as a *pgxpool.Pool when it is one.

@@ -2,8 +2,11 @@ package pgxstore
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,5 +208,104 @@ func TestDeleteAndDeleteExpired(t *testing.T) {
 	var left int
 	if err := s.db.QueryRow(ctx, "SELECT count(*) FROM "+quoted(s.table)).Scan(&left); err != nil || left != 500 {
 		t.Fatalf("left = %d, %v", left, err)
+	}
+}
+
+// A row that this package cannot have written (changed by hand, by a
+// migration gone wrong) is refused with ErrCorruptRecord, not replayed.
+func TestCorruptRecord(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	for i, tc := range []struct {
+		name  string
+		state int // of the record before corruption
+		set   string
+	}{
+		{"state 0", 1, "state = 0"},
+		{"state 3", 2, "state = 3"},
+		{"state -1", 1, "state = -1"},
+		{"in progress without lease end", 1, "lease_end = NULL"},
+		{"completed without status", 2, "status = NULL"},
+		{"completed status 0", 2, "status = 0"},
+		{"completed status 199", 2, "status = 199"},
+		{"completed status 600", 2, "status = 600"},
+		{"completed status 700", 2, "status = 700"},
+		{"bad headers", 2, `headers = '\x02'::bytea`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := claimAt(fmt.Sprint("k", i), "fp", "tok", t0, time.Minute)
+			if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+				t.Fatal(res, err)
+			}
+			if tc.state == 2 {
+				if err := s.Complete(ctx, c.Scope, c.Key, "tok", idem.Response{Status: 200, Header: http.Header{"A": {"b"}}}, t0, t0.Add(time.Hour)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.db.Exec(ctx, `UPDATE `+quoted(s.table)+` SET `+tc.set+` WHERE key = $1`, c.Key); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Claim(ctx, claimAt(c.Key, "fp", "other", t0.Add(time.Second), time.Minute))
+			if !errors.Is(err, ErrCorruptRecord) {
+				t.Errorf("claim = %v, want ErrCorruptRecord", err)
+			}
+			if _, _, err := s.Get(ctx, c.Scope, c.Key, t0.Add(time.Second)); !errors.Is(err, ErrCorruptRecord) {
+				t.Errorf("get = %v, want ErrCorruptRecord", err)
+			}
+			t.Log(err)
+		})
+	}
+	// Sound records of both states still read back.
+	c := claimAt("fine", "fp", "tok", t0, time.Minute)
+	if _, err := s.Claim(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, status := range []int{200, 599} {
+		if rec, ok, err := s.Get(ctx, c.Scope, c.Key, t0); err != nil || !ok || rec.State != idem.StateInProgress {
+			t.Fatal(rec, ok, err)
+		}
+		if _, err := s.db.Exec(ctx, `UPDATE `+quoted(s.table)+` SET state = 2, status = $2, lease_end = NULL WHERE key = $1`, c.Key, status); err != nil {
+			t.Fatal(err)
+		}
+		if rec, ok, err := s.Get(ctx, c.Scope, c.Key, t0); err != nil || !ok || rec.Response.Status != status {
+			t.Fatalf("status %d: %+v %v %v", status, rec, ok, err)
+		}
+		if _, err := s.db.Exec(ctx, `UPDATE `+quoted(s.table)+` SET state = 1, status = NULL, lease_end = expires_at WHERE key = $1`, c.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The engine answers a retry whose record is corrupt with 503, and does
+// not run the handler again.
+func TestEngineCorruptRecord(t *testing.T) {
+	s := newStore(t, nil)
+	e, err := idem.New(s, idem.WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusCreated)
+	}))
+	post := func() int {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "k")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := post(); code != http.StatusCreated {
+		t.Fatalf("first request: %d", code)
+	}
+	if _, err := s.db.Exec(t.Context(), `UPDATE `+quoted(s.table)+` SET status = 700`); err != nil {
+		t.Fatal(err)
+	}
+	if code := post(); code != http.StatusServiceUnavailable {
+		t.Fatalf("retry with a corrupt record: %d, want 503", code)
+	}
+	if runs != 1 {
+		t.Fatalf("handler ran %d times", runs)
 	}
 }

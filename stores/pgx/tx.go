@@ -26,10 +26,24 @@ import (
 //     claim is no longer held it rolls back and returns idem.ErrLeaseLost:
 //     a request whose lease ran out and was taken over never commits its
 //     writes, so the handler's effects happen at most once even then. If
-//     COMMIT fails (a deferred constraint, a serialization failure, a lost
-//     connection), nothing of the handler's writes remains and the engine
-//     answers 500 and releases the key.
+//     COMMIT fails, the handler's writes and the completed record either
+//     both committed or neither did: a deferred constraint or a
+//     serialization failure rolls both back, while a connection lost
+//     during COMMIT leaves the outcome unknown (the server may have
+//     committed). The engine answers 500 and releases the key. Release is
+//     token-checked and never deletes a completed record, so a record that
+//     did commit survives it, and the client's retry with the same key
+//     learns the real outcome: a replay of the stored response if the
+//     transaction committed, a fresh run if it did not.
 //  4. For a 5xx, 429, panic or hijack the engine rolls back and releases.
+//
+// The transaction commits when the response is stored, before the first
+// byte of it is sent: normally after the handler returns, but a response
+// that streams is stored when it starts streaming, that is at the
+// handler's first Flush or when its body outgrows the engine's response
+// cap (idem.WithMaxResponseBody). The handler's statements on the
+// transaction after that point fail with pgx.ErrTxClosed, so a streaming
+// handler does all of its writes before it flushes or writes a large body.
 //
 // Cost: each in-flight request holds one pooled connection from BeginTx to
 // Commit or Rollback, the whole time its handler runs, and the business
@@ -59,7 +73,11 @@ var (
 
 // ExactlyOnce returns s in exactly-once mode: pass it to idem.New instead
 // of s. Both share the same table, listener and sweeper; closing either
-// closes both.
+// closes both. Handlers reach their transaction with Tx. It commits with
+// the record when the response is stored: when the handler returns, or
+// earlier, at its first Flush or once its body outgrows the engine's
+// response cap (the response then streams), after which the handler's
+// statements on it fail; see ExactlyOnceStore.
 func (s *Store) ExactlyOnce() *ExactlyOnceStore { return &ExactlyOnceStore{Store: s} }
 
 // WithTxOptions returns a copy of s whose transactions start with opts,
@@ -80,6 +98,24 @@ type txKey struct{}
 // none (the store is not in exactly-once mode, or the request was not
 // claimed). The handler runs its queries on it and never commits it:
 // Commit returns ErrTxManaged; the engine commits it with the record.
+//
+// Pass the request's context. With net/http and chi that is r.Context().
+// With Gin it is c.Request.Context(): a *gin.Context is a context.Context,
+// but Tx(c) finds nothing unless the gin.Engine has ContextWithFallback
+// set. With Echo it is c.Request().Context().
+//
+// The engine commits the transaction when it stores the response: after
+// the handler returns, or as soon as the response starts streaming, at the
+// handler's first Flush or when the body outgrows the engine's response
+// cap (idem.WithMaxResponseBody). From then on statements on the
+// transaction fail with pgx.ErrTxClosed: do the writes first.
+//
+// Never run transaction control (BEGIN, COMMIT, ROLLBACK) as SQL on it;
+// use its Begin for savepoints. A transaction ended by a COMMIT or
+// ROLLBACK statement is treated as failed, like one the handler rolled
+// back (below), and the record is never written on its connection outside
+// a transaction; but writes already committed by such a statement, or made
+// after it, stay committed.
 //
 // To abort, return a 5xx response: the engine rolls back and releases the
 // key. When a statement fails inside the transaction (PostgreSQL then
@@ -133,10 +169,13 @@ type txn struct {
 }
 
 // failed reports that the transaction can no longer commit: the handler
-// rolled it back, or one of its statements failed (the server then ignores
-// everything until ROLLBACK).
+// rolled it back, one of its statements failed (status 'E': the server
+// ignores everything until ROLLBACK), or the connection is not in a
+// transaction block at all (the handler ran COMMIT or ROLLBACK as SQL). In
+// the last case the record must not be written on the connection: it would
+// commit on its own, apart from the handler's writes.
 func (t *txn) failed() bool {
-	return t.rolledBack.Load() || t.tx.Conn().PgConn().TxStatus() == 'E'
+	return t.rolledBack.Load() || t.tx.Conn().PgConn().TxStatus() != 'T'
 }
 
 // Context returns parent carrying the transaction, for Tx.
@@ -146,8 +185,10 @@ func (t *txn) Context(parent context.Context) context.Context {
 
 // Commit completes the record inside the transaction, with the same token
 // check as Store.Complete, and commits. On idem.ErrLeaseLost it rolls back
-// and commits nothing. After a failed COMMIT nothing of the transaction
-// remains.
+// and commits nothing. When COMMIT itself fails, the handler's writes and
+// the record either both committed or neither did (a connection lost
+// during COMMIT leaves which one unknown); the engine releases the claim,
+// which never deletes a completed record, so a retry learns the outcome.
 func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt time.Time) error {
 	if t.done {
 		return errors.New("pgxstore: commit: transaction already finished")
@@ -159,8 +200,9 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 			return fmt.Errorf("pgxstore: commit: %w", errTxFailed)
 		}
 		// The handler answered an error after its transaction failed:
-		// nothing of its writes remains, which is what the answer says,
-		// so the answer is stored (token-checked) on its own.
+		// nothing of its writes remains (unless it committed them itself
+		// with a COMMIT statement), which is what the answer says, so the
+		// answer is stored (token-checked) on its own.
 		return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
 	}
 	n, err := t.s.complete(ctx, t.tx, t.scope, t.key, t.token, resp, now, expiresAt)

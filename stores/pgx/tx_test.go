@@ -382,3 +382,106 @@ func TestExactlyOnceFailedStatement(t *testing.T) {
 		})
 	}
 }
+
+// The handler ends the transaction itself with a COMMIT or ROLLBACK
+// statement: the connection is then outside any transaction block, and
+// the record must not be written on it (it would commit on its own, apart
+// from the business writes). Commit treats the transaction as failed.
+func TestExactlyOnceHandlerEndsTx(t *testing.T) {
+	f := newTxFixture(t)
+	for i, tc := range []struct {
+		key    string
+		stmt   string
+		status int
+		stored bool // the answer is stored on its own (an error answer)
+	}{
+		{"commit-201", "COMMIT", 201, false},
+		{"rollback-201", "ROLLBACK", 201, false},
+		{"end-200", "END", 200, false},
+		{"commit-409", "COMMIT", 409, true},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			id := 50 + i
+			c, ctx, tx := f.begin(t, tc.key)
+			f.handler(t, ctx, id, tc.key)
+			htx, _ := Tx(ctx)
+			if _, err := htx.Exec(ctx, tc.stmt); err != nil {
+				t.Fatal(err)
+			}
+			err := tx.Commit(t.Context(), idem.Response{Status: tc.status}, t0, t0.Add(time.Hour))
+			rec, ok, gerr := f.s.Get(t.Context(), c.Scope, c.Key, t0)
+			if gerr != nil || !ok {
+				t.Fatalf("get = %v %v", ok, gerr)
+			}
+			if tc.stored {
+				if err != nil || rec.State != idem.StateCompleted || rec.Response.Status != tc.status {
+					t.Fatalf("commit = %v, record %+v", err, rec)
+				}
+			} else {
+				if !errors.Is(err, errTxFailed) {
+					t.Fatalf("commit = %v, want errTxFailed", err)
+				}
+				if rec.State != idem.StateInProgress {
+					t.Fatalf("record %+v was completed outside the transaction", rec)
+				}
+				if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tx.Rollback(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			// What the handler's own statement did stays done.
+			if got, want := f.orderExists(t, id), tc.stmt != "ROLLBACK"; got != want {
+				t.Fatalf("order exists = %v, want %v", got, want)
+			}
+		})
+	}
+	// Every connection went back to the pool outside a transaction.
+	p, _ := f.s.pool()
+	for _, c := range p.AcquireAllIdle(t.Context()) {
+		if st := c.Conn().PgConn().TxStatus(); st != 'I' {
+			t.Errorf("pooled connection in transaction status %q", st)
+		}
+		c.Release()
+	}
+}
+
+// Release of a record that is not there (never claimed, already
+// released, deleted, or expired and swept) returns ErrLeaseLost.
+func TestReleaseMissing(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	c := claimAt("k", "fp", "tok", t0, time.Minute)
+	if err := s.Release(ctx, c.Scope, "never", "tok"); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("release of a key never claimed = %v", err)
+	}
+	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	if err := s.Release(ctx, c.Scope, c.Key, c.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("second release = %v", err)
+	}
+	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	if ok, err := s.Delete(ctx, c.Scope, c.Key); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("release after delete = %v", err)
+	}
+	for _, notify := range []bool{true, false} {
+		s2, err := New(s.db, WithTable(s.Table()), WithNotify(notify))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s2.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("release (notify %v) = %v", notify, err)
+		}
+		s2.Close()
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -81,20 +82,48 @@ const (
 	flagBody
 )
 
-// appendTime appends t in the header's time encoding.
-func appendTime(b []byte, t time.Time) []byte {
+// The times a record can hold: those whose Unix time in nanoseconds fits
+// an int64, from 1677-09-21 to 2262-04-11.
+var (
+	minTime = time.Unix(0, math.MinInt64)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
+
+// errTimeRange is wrapped by the error for a time a record cannot hold.
+var errTimeRange = errors.New("outside the range a record can hold")
+
+// appendTime appends t in the header's time encoding. It fails for a time
+// outside minTime to maxTime, whose UnixNano would overflow.
+func appendTime(b []byte, t time.Time) ([]byte, error) {
+	if t.Before(minTime) || t.After(maxTime) {
+		return b, fmt.Errorf("time %v is %w (%v to %v)", t, errTimeRange, minTime.UTC(), maxTime.UTC())
+	}
 	u := uint64(t.UnixNano()) ^ (1 << 63)
 	var d [timeLen]byte
 	for i := timeLen - 1; i >= 0; i-- {
 		d[i] = byte('0' + u%10)
 		u /= 10
 	}
-	return append(b, d[:]...)
+	return append(b, d[:]...), nil
 }
 
 // formatTime returns t in the header's time encoding.
-func formatTime(t time.Time) string {
-	return string(appendTime(make([]byte, 0, timeLen), t))
+func formatTime(t time.Time) (string, error) {
+	b, err := appendTime(make([]byte, 0, timeLen), t)
+	return string(b), err
+}
+
+// formatTimes returns each of ts in the header's time encoding, or the
+// first error.
+func formatTimes(ts ...time.Time) ([]string, error) {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		var err error
+		if out[i], err = formatTime(t); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func parseTime(s string) (time.Time, error) {
@@ -105,18 +134,25 @@ func parseTime(s string) (time.Time, error) {
 	return time.Unix(0, int64(u^(1<<63))), nil
 }
 
-// newClaimRecord encodes the in-progress record a claim leaves.
-func newClaimRecord(c *idem.Claim) string {
+// newClaimRecord encodes the in-progress record a claim leaves. It fails
+// when a time is out of range or the token too long.
+func newClaimRecord(c *idem.Claim) (string, error) {
+	if len(c.Token) > maxToken {
+		return "", fmt.Errorf("the token is %d bytes, more than %d", len(c.Token), maxToken)
+	}
 	b := make([]byte, 0, offToken+len(c.Token)+binary.MaxVarintLen64+len(c.Fingerprint))
 	b = append(b, '1')
-	b = appendTime(b, c.LeaseEnd)
-	b = appendTime(b, c.LeaseEnd)
-	b = appendTime(b, c.Now)
+	var err error
+	for _, t := range [...]time.Time{c.LeaseEnd, c.LeaseEnd, c.Now} {
+		if b, err = appendTime(b, t); err != nil {
+			return "", err
+		}
+	}
 	b = fmt.Appendf(b, "%05d", len(c.Token))
 	b = append(b, c.Token...)
 	b = binary.AppendUvarint(b, uint64(len(c.Fingerprint)))
 	b = append(b, c.Fingerprint...)
-	return string(b)
+	return string(b), nil
 }
 
 // encodeResponseHead encodes the response up to its body, which the
@@ -144,20 +180,30 @@ func encodeResponseHead(resp *idem.Response) []byte {
 	return b
 }
 
+// maxTTLMillis is the longest TTL the Store sets, about 292 years: the
+// longest time.Duration in whole milliseconds, so the TTL converts back to
+// a Duration (as go-redis does) without overflowing.
+const maxTTLMillis = int64(math.MaxInt64 / int64(time.Millisecond))
+
 // ttlMillis returns the Redis TTL, in whole milliseconds rounded up, for a
 // key that must live from now until end on the engine's clock. Rounding up
 // means Redis never drops a record before the engine considers it expired;
-// the scripts compare against the engine's now for the exact cut-off.
+// the scripts compare against the engine's now for the exact cut-off. The
+// TTL is at least 1 and saturates at maxTTLMillis.
 func ttlMillis(now, end time.Time) int64 {
-	d := end.Sub(now)
-	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
-	if ms < 1 {
-		ms = 1
+	d := end.Sub(now) // saturates at the longest Duration
+	if d <= 0 {
+		return 1
 	}
-	return ms
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return min(ms, maxTTLMillis)
 }
 
-// uvarint reads an unsigned varint from the front of s.
+// uvarint reads an unsigned varint, in its shortest encoding, from the
+// front of s.
 func uvarint(s string) (uint64, string, bool) {
 	var x uint64
 	var shift uint
@@ -165,6 +211,11 @@ func uvarint(s string) (uint64, string, bool) {
 		c := s[i]
 		if c < 0x80 {
 			if i == binary.MaxVarintLen64-1 && c > 1 {
+				return 0, "", false
+			}
+			if c == 0 && i > 0 {
+				// Overlong: the encoder never writes a trailing zero group,
+				// so every value has exactly one encoding.
 				return 0, "", false
 			}
 			return x | uint64(c)<<shift, s[i+1:], true
@@ -184,7 +235,24 @@ func chunk(s string) (string, string, bool) {
 	return rest[:n], rest[n:], true
 }
 
-// decodeRecord decodes a record as the claim script or GET returns it.
+// Status codes a completed record can hold, as the engine stores them.
+const (
+	minStatus = 200
+	maxStatus = 599
+)
+
+// completedLease and completedTokLen are what a completed record holds in
+// place of the lease end and the token length.
+const (
+	completedLease  = "00000000000000000000"
+	completedTokLen = "00000"
+)
+
+// decodeRecord decodes a record as the claim script or GET returns it. It
+// accepts only what this package writes, in its one encoding: state 1 or 2;
+// for a completed record no lease end, no token, a status from 200 to 599
+// and known flags; no bytes after an in-progress record's fingerprint.
+// Callers wrap its errors in ErrCorruptRecord.
 func decodeRecord(v string) (idem.Record, error) {
 	var rec idem.Record
 	if len(v) < offToken {
@@ -209,6 +277,8 @@ func decodeRecord(v string) (idem.Record, error) {
 		if rec.LeaseEnd, err = parseTime(v[offLease : offLease+timeLen]); err != nil {
 			return rec, err
 		}
+	} else if v[offLease:offLease+timeLen] != completedLease || v[offTokLen:offTokLen+tokLenLen] != completedTokLen {
+		return rec, errors.New("completed with a lease end or a token")
 	}
 	n, err := strconv.ParseUint(v[offTokLen:offTokLen+tokLenLen], 10, 32)
 	if err != nil || offToken+int(n) > len(v) {
@@ -220,16 +290,25 @@ func decodeRecord(v string) (idem.Record, error) {
 		return rec, errors.New("bad fingerprint")
 	}
 	if rec.State == idem.StateInProgress {
+		if rest != "" {
+			return rec, errors.New("bytes after an in-progress record")
+		}
 		return rec, nil
 	}
 	resp := &idem.Response{}
 	status, rest, ok := uvarint(rest)
-	if !ok || status > 999 || len(rest) == 0 {
+	if !ok || len(rest) == 0 {
 		return rec, errors.New("bad response status")
+	}
+	if status < minStatus || status > maxStatus {
+		return rec, fmt.Errorf("completed with status %d, not %d to %d", status, minStatus, maxStatus)
 	}
 	resp.Status = int(status)
 	flags := rest[0]
 	rest = rest[1:]
+	if flags&^(flagOmitted|flagHeader|flagBody) != 0 {
+		return rec, fmt.Errorf("unknown response flags %#x", flags)
+	}
 	resp.BodyOmitted = flags&flagOmitted != 0
 	if flags&flagHeader != 0 {
 		var h string
@@ -295,11 +374,17 @@ func decodeHeader(s string) (http.Header, error) {
 		return nil, errBadHeader
 	}
 	h := make(http.Header, count)
-	for range count {
+	prev := ""
+	for i := range count {
 		var name string
 		if name, p, ok = chunk(p); !ok {
 			return nil, errBadHeader
 		}
+		if i > 0 && name <= prev {
+			// Names are written sorted and once each.
+			return nil, errBadHeader
+		}
+		prev = name
 		var nv uint64
 		if nv, p, ok = uvarint(p); !ok || nv > uint64(len(p)) {
 			return nil, errBadHeader

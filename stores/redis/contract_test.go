@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -287,6 +290,7 @@ func testContract(t *testing.T, newStore func(t *testing.T) *Store) {
 
 	t.Run("Watch", func(t *testing.T) {
 		s := newStore(t)
+		subscribed(t, s)
 		steps := []struct {
 			name string
 			do   func(t *testing.T, key string)
@@ -338,6 +342,7 @@ func testContract(t *testing.T, newStore func(t *testing.T) *Store) {
 
 	t.Run("WatchShared", func(t *testing.T) {
 		s := newStore(t)
+		subscribed(t, s)
 		const n = 1000
 		chans := make([]<-chan struct{}, n)
 		for i := range n {
@@ -408,6 +413,24 @@ func testContract(t *testing.T, newStore func(t *testing.T) *Store) {
 	})
 }
 
+// subscribed opens s's subscription and waits until Redis has confirmed
+// it, so that watches taken afterwards are not woken by its coming up.
+func subscribed(t *testing.T, s *Store) {
+	t.Helper()
+	_, stop, err := s.Watch(t.Context(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.hub.up() {
+		if time.Now().After(deadline) {
+			t.Fatal("the subscription did not come up within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // checkRecord compares records, times with Equal.
 func checkRecord(t *testing.T, got, want idem.Record) {
 	t.Helper()
@@ -450,4 +473,124 @@ func numSub(t *testing.T, s *Store) int64 {
 		t.Fatal(err)
 	}
 	return total.Load()
+}
+
+// Release of a record that is not there (never claimed, already
+// released, deleted) returns ErrLeaseLost.
+func TestReleaseMissing(t *testing.T) {
+	s := newTestStore(t, testClient(t))
+	ctx := t.Context()
+	now := time.Now()
+	c := idem.Claim{Scope: "scope", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
+	if err := s.Release(ctx, c.Scope, "never", c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("release of a key never claimed = %v", err)
+	}
+	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	if err := s.Release(ctx, c.Scope, c.Key, c.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("second release = %v", err)
+	}
+	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	if ok, err := s.Delete(ctx, c.Scope, c.Key); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("release after delete = %v", err)
+	}
+}
+
+// A record in Redis that this package cannot have written is refused with
+// ErrCorruptRecord by Claim (both paths) and Get, and the engine answers
+// 503 instead of replaying it.
+func TestCorruptRecord(t *testing.T) {
+	client := testClient(t)
+	s := newTestStore(t, client)
+	ctx := t.Context()
+	now := time.Now()
+	completed := func(status int) string {
+		return encodeRecord(t, idem.Record{
+			Fingerprint: "fp", State: idem.StateCompleted, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+			Response: &idem.Response{Status: status},
+		}, "")
+	}
+	good := completed(200)
+	for name, v := range map[string]string{
+		"state 3":    "3" + good[1:],
+		"status 0":   completed(0),
+		"status 199": completed(199),
+		"status 600": completed(600),
+		"status 700": completed(700),
+		"garbage":    "not a record at all, but long enough to have a header of sixty-six bytes",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := client.Set(ctx, s.Key("scope", name), v, time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, script := range []bool{false, true} {
+				s.scriptClaims = script
+				_, err := s.Claim(ctx, idem.Claim{Scope: "scope", Key: name, Fingerprint: "fp", Token: "t", Now: now, LeaseEnd: now.Add(time.Minute)})
+				if !errors.Is(err, ErrCorruptRecord) {
+					t.Errorf("Claim (script %v) = %v, want ErrCorruptRecord", script, err)
+				}
+			}
+			s.scriptClaims = false
+			if _, _, err := s.Get(ctx, "scope", name, now); !errors.Is(err, ErrCorruptRecord) {
+				t.Errorf("Get = %v, want ErrCorruptRecord", err)
+			}
+		})
+	}
+
+	e, err := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusCreated)
+	}))
+	post := func() int {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "engine")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := post(); code != http.StatusCreated {
+		t.Fatalf("first request: %d", code)
+	}
+	// Find the engine's record and change its status to 700.
+	var changed int
+	iter := client.Scan(ctx, 0, s.prefix+"*", 100).Iterator()
+	for iter.Next(ctx) {
+		v, err := client.Get(ctx, iter.Val()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := decodeRecord(v)
+		if err != nil || rec.State != idem.StateCompleted || rec.Response.Status != http.StatusCreated {
+			continue
+		}
+		i := strings.Index(v, string(encodeResponseHead(rec.Response)))
+		bad := v[:i] + string(encodeResponseHead(&idem.Response{Status: 700})) + v[i+len(encodeResponseHead(rec.Response)):]
+		if err := client.Set(ctx, iter.Val(), bad, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		changed++
+	}
+	if err := iter.Err(); err != nil || changed != 1 {
+		t.Fatalf("changed %d records: %v", changed, err)
+	}
+	if code := post(); code != http.StatusServiceUnavailable {
+		t.Fatalf("retry with a corrupt record: %d, want 503", code)
+	}
+	if runs != 1 {
+		t.Fatalf("handler ran %d times", runs)
+	}
 }

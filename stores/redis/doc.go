@@ -55,7 +55,13 @@
 // channel prefix + "notify". Watch (the engine's wait mode) shares one
 // subscription per Store among all waiters, so a thousand waiting requests
 // use one connection. If the subscription breaks, waiters are woken early
-// and re-check the record; the Store resubscribes by itself.
+// and re-check the record; the Store resubscribes by itself. Watch never
+// blocks on the subscription: a watch taken while it is down is woken when
+// it is back.
+//
+// Times must lie between 1677-09-21 and 2262-04-11 (Unix nanoseconds in an
+// int64); a call with a time outside that range fails. A record's Redis TTL
+// saturates at about 292 years.
 //
 // # Operating Redis
 //

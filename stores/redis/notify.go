@@ -17,12 +17,8 @@ const (
 	healthInterval = 15 * time.Second
 	// subscribeTimeout bounds the wait for Redis to confirm a subscription.
 	subscribeTimeout = 5 * time.Second
-	// watchReadyWait bounds how long a Watch waits for the shared
-	// subscription to come up before returning anyway; the engine polls
-	// as well, and the watch is notified once the subscription is up.
-	watchReadyWait = time.Second
-	minBackoff     = 50 * time.Millisecond
-	maxBackoff     = 2 * time.Second
+	minBackoff       = 50 * time.Millisecond
+	maxBackoff       = 2 * time.Second
 )
 
 // hub multiplexes one Pub/Sub subscription to every Watch of a Store. The
@@ -35,8 +31,7 @@ type hub struct {
 	waiters map[string]map[*waiter]struct{} // by record id
 	started bool
 	closed  bool
-	isUp    bool
-	up      chan struct{} // closed while the subscription is confirmed
+	isUp    bool          // the subscription is confirmed
 	ps      *redis.PubSub // the current subscription, for close
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when run returns
@@ -51,10 +46,13 @@ func newHub(client redis.UniversalClient, channel string) *hub {
 		client:  client,
 		channel: channel,
 		waiters: make(map[string]map[*waiter]struct{}),
-		up:      make(chan struct{}),
 	}
 }
 
+// watch registers a waiter for the record id and returns at once, whether
+// or not the subscription is up: a waiter registered while it is down (or
+// not yet confirmed, on the first watch) is woken when it comes up, since
+// a notification may have been missed meanwhile.
 func (h *hub) watch(ctx context.Context, id string) (<-chan struct{}, func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
@@ -78,30 +76,15 @@ func (h *hub) watch(ctx context.Context, id string) (<-chan struct{}, func(), er
 		h.done = make(chan struct{})
 		go h.run(runCtx)
 	}
-	up := h.up
 	h.mu.Unlock()
+	return w.ch, func() { h.remove(id, w) }, nil
+}
 
-	stop := func() { h.remove(id, w) }
-	select {
-	case <-up:
-		return w.ch, stop, nil
-	case <-w.ch:
-		// Woken while the subscription was being set up: it failed, or
-		// the Store was closed. The caller re-checks the record.
-		return w.ch, stop, nil
-	default:
-	}
-	timer := time.NewTimer(watchReadyWait)
-	defer timer.Stop()
-	select {
-	case <-up:
-	case <-w.ch:
-	case <-timer.C:
-	case <-ctx.Done():
-		stop()
-		return nil, nil, ctx.Err()
-	}
-	return w.ch, stop, nil
+// up reports whether the subscription is confirmed.
+func (h *hub) up() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.isUp
 }
 
 func (h *hub) remove(id string, w *waiter) {
@@ -137,25 +120,28 @@ func (h *hub) wakeAllLocked() {
 	}
 }
 
+// markUp records a confirmed subscription. Every pending watch was
+// registered while it was down or not yet confirmed, when a notification
+// (a completion, say) may have been published and missed, so each is woken
+// to re-check its record.
 func (h *hub) markUp() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.isUp {
-		h.isUp = true
-		close(h.up)
-	}
+	h.isUp = true
+	h.wakeAllLocked()
 }
 
-// markDown records a broken subscription. Notifications may have been
-// missed, so every pending watch is woken to re-check its record.
+// markDown records a broken subscription. Notifications may be missed
+// from now on, so when it was up every pending watch is woken to re-check
+// its record (and poll). Watches registered while it is down are woken by
+// markUp.
 func (h *hub) markDown() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.isUp {
 		h.isUp = false
-		h.up = make(chan struct{})
+		h.wakeAllLocked()
 	}
-	h.wakeAllLocked()
 }
 
 func (h *hub) run(ctx context.Context) {

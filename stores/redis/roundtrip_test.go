@@ -288,3 +288,39 @@ func checkPTTL(t *testing.T, client redis.UniversalClient, key string, want time
 		t.Errorf("PTTL %s = %v, want just under %v", key, got, want)
 	}
 }
+
+// Lifetimes longer than the longest time.Duration (times further apart
+// than about 292 years) get the longest TTL instead of an overflowed one of
+// a millisecond, on both the claim's fast path and the scripts.
+func TestHugeLifetime(t *testing.T) {
+	client := testClient(t)
+	for _, script := range []bool{false, true} {
+		s := newTestStore(t, client)
+		s.scriptClaims = script
+		ctx := t.Context()
+		now := time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)
+		end := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+		if res, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: end}); err != nil || !res.Acquired {
+			t.Fatalf("Claim: %+v, %v", res, err)
+		}
+		check := func(step string) {
+			t.Helper()
+			ttl, err := client.PTTL(ctx, s.Key("s", "k")).Result()
+			if err != nil || ttl < 290*365*24*time.Hour {
+				t.Fatalf("%s (script claims %v): PTTL = %v, %v; want about 292 years", step, script, ttl, err)
+			}
+		}
+		check("Claim")
+		if err := s.Extend(ctx, "s", "k", "tok", now, end.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		check("Extend")
+		if err := s.Complete(ctx, "s", "k", "tok", idem.Response{Status: 200}, now, end); err != nil {
+			t.Fatal(err)
+		}
+		check("Complete")
+		if rec, ok, err := s.Get(ctx, "s", "k", now); err != nil || !ok || !rec.ExpiresAt.Equal(end) {
+			t.Fatalf("Get: %+v %v %v", rec, ok, err)
+		}
+	}
+}

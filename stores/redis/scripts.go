@@ -23,13 +23,17 @@ import "github.com/redis/go-redis/v9"
 //	KEYS[1] record key
 //	ARGV    now, new in-progress record, TTL in ms
 //
-// It returns 1 when the claim was taken, otherwise the blocking record.
+// It returns 1 when the claim was taken, otherwise the blocking record. A
+// record whose state byte is neither '1' nor '2' is never taken over: it
+// is returned, and Go reports it corrupt, as the first command's path does.
 // SET with both NX and GET needs Redis 7.0.
 var claimScript = redis.NewScript(`
 local k, now = KEYS[1], ARGV[1]
 local v = redis.call('SET', k, ARGV[2], 'NX', 'PX', ARGV[3], 'GET')
 if not v then return 1 end
-if now < string.sub(v, 22, 41) and (string.byte(v, 1) == 50 or now < string.sub(v, 2, 21)) then
+local st = string.byte(v, 1)
+if (st ~= 49 and st ~= 50) or
+   (now < string.sub(v, 22, 41) and (st == 50 or now < string.sub(v, 2, 21))) then
   return v
 end
 redis.call('SET', k, ARGV[2], 'PX', ARGV[3])

@@ -20,8 +20,11 @@ var (
 	// ErrClosed is returned by Watch after Close.
 	ErrClosed = errors.New("redisstore: store closed")
 	// ErrCorruptRecord is wrapped by the error a method returns when a
-	// record in Redis cannot be decoded, for example because something
-	// other than this package wrote to its key.
+	// record in Redis is not one this package can have written, for
+	// example because something else wrote to its key: it cannot be
+	// decoded, its state is neither in progress nor completed, or it is
+	// completed with a status outside 200 to 599. The engine answers 503
+	// rather than replay it.
 	ErrCorruptRecord = errors.New("redisstore: corrupt record")
 )
 
@@ -161,14 +164,18 @@ func (s *Store) Channel() string { return s.channel }
 // atomically and takes the key over. Both paths store exactly the same
 // record.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
-	if len(c.Token) > maxToken {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: the token is %d bytes, more than %d", len(c.Token), maxToken)
+	rec, err := newClaimRecord(&c)
+	if err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	now, err := formatTime(c.Now)
+	if err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
 	k := s.Key(c.Scope, c.Key)
-	rec := newClaimRecord(&c)
 	ttl := ttlMillis(c.Now, c.LeaseEnd)
 	if s.scriptClaims {
-		return s.claimByScript(ctx, k, &c, rec, ttl)
+		return s.claimByScript(ctx, k, now, rec, ttl)
 	}
 	v, err := s.client.SetArgs(ctx, k, rec, redis.SetArgs{Mode: "NX", TTL: time.Duration(ttl) * time.Millisecond, Get: true}).Result()
 	if errors.Is(err, redis.Nil) {
@@ -184,13 +191,13 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 	if blocks(&existing, c.Now) {
 		return idem.ClaimResult{Existing: &existing}, nil
 	}
-	return s.claimByScript(ctx, k, &c, rec, ttl)
+	return s.claimByScript(ctx, k, now, rec, ttl)
 }
 
 // claimByScript runs the claim script, which decides atomically whatever the
-// record's state.
-func (s *Store) claimByScript(ctx context.Context, k string, c *idem.Claim, rec string, ttl int64) (idem.ClaimResult, error) {
-	r, err := claimScript.Run(ctx, s.client, []string{k}, formatTime(c.Now), rec, ttl).Result()
+// record's state. now is the claim's now in the record's time encoding.
+func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64) (idem.ClaimResult, error) {
+	r, err := claimScript.Run(ctx, s.client, []string{k}, now, rec, ttl).Result()
 	if err != nil {
 		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
@@ -218,9 +225,13 @@ func blocks(rec *idem.Record, now time.Time) bool {
 // Complete implements idem.Store with one script call, which also notifies
 // waiters.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
+	ts, err := formatTimes(now, expiresAt)
+	if err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
+	}
 	k, id := recordKey(s.prefix, scope, key)
 	n, err := completeScript.Run(ctx, s.client, []string{k},
-		token, formatTime(now), formatTime(expiresAt), ttlMillis(now, expiresAt),
+		token, ts[0], ts[1], ttlMillis(now, expiresAt),
 		encodeResponseHead(&resp), resp.Body, s.channel, id,
 	).Int64()
 	if err != nil {
@@ -248,8 +259,12 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 
 // Extend implements idem.Extender with one script call.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+	ts, err := formatTimes(now, leaseEnd)
+	if err != nil {
+		return fmt.Errorf("redisstore: extend: %w", err)
+	}
 	n, err := extendScript.Run(ctx, s.client, []string{s.Key(scope, key)},
-		token, formatTime(now), formatTime(leaseEnd), ttlMillis(now, leaseEnd),
+		token, ts[0], ts[1], ttlMillis(now, leaseEnd),
 	).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: extend: %w", err)
@@ -292,10 +307,13 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 }
 
 // Watch implements idem.Notifier. All watches of a Store share one Pub/Sub
-// subscription on Channel, opened by the first Watch; the first Watch waits
-// until Redis has confirmed it, so no notification sent after Watch
-// returns is missed while the subscription holds. When the subscription
-// breaks, every pending watch is woken (spuriously) and the Store
+// subscription on Channel, opened by the first Watch. Watch never waits for
+// it: while the subscription is not confirmed (being opened by the first
+// Watch, or broken and being reopened) a watch is registered at once and
+// woken when Redis confirms the subscription, since a notification may
+// have been missed meanwhile; the engine polls as well. While the
+// subscription holds, no notification sent after Watch returns is missed.
+// When it breaks, every pending watch is woken (spuriously) and the Store
 // resubscribes in the background with backoff.
 func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
 	_, id := recordKey(s.prefix, scope, key)

@@ -1,0 +1,202 @@
+package redisstore
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/redis/go-redis/v9"
+)
+
+func closedNow(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Watch does not wait for the subscription: with Redis unreachable it
+// returns at once, and the watch is woken when the subscription is
+// confirmed. No server needed.
+func TestWatchDoesNotBlock(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer client.Close()
+	s, err := New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var chans []<-chan struct{}
+	for i := range 3 {
+		start := time.Now()
+		ch, stop, err := s.Watch(t.Context(), "scope", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		if d := time.Since(start); d > 100*time.Millisecond {
+			t.Fatalf("Watch %d with the subscription down took %v", i, d)
+		}
+		chans = append(chans, ch)
+		time.Sleep(100 * time.Millisecond) // failed subscription attempts meanwhile
+	}
+	for i, ch := range chans {
+		if closedNow(ch) {
+			t.Fatalf("watch %d woken while the subscription never came up", i)
+		}
+	}
+	// The subscription comes up: every watch taken while it was down is
+	// woken, as a notification may have been missed.
+	s.hub.markUp()
+	for i, ch := range chans {
+		if !closedNow(ch) {
+			t.Fatalf("watch %d not woken when the subscription came up", i)
+		}
+	}
+}
+
+// tcpProxy forwards connections to target and can be cut and restored,
+// standing in for a network partition between the Store and Redis.
+type tcpProxy struct {
+	t      *testing.T
+	target string
+	addr   string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns []net.Conn
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	p := &tcpProxy{t: t, target: target}
+	p.up()
+	t.Cleanup(p.down)
+	return p
+}
+
+func (p *tcpProxy) up() {
+	addr := p.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+		}
+	}()
+}
+
+func (p *tcpProxy) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// The subscription breaks while Redis stays up for others: a watch taken
+// meanwhile returns at once, a completion published meanwhile is missed by
+// the subscription, and the watch is woken when the subscription is back.
+func TestWatchWhileSubscriptionDown(t *testing.T) {
+	direct := testClient(t)
+	px := newTCPProxy(t, direct.Options().Addr)
+	proxied := redis.NewClient(&redis.Options{Addr: px.addr, DB: direct.Options().DB, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = proxied.Close() })
+	s := newTestStore(t, proxied)
+	other, err := New(direct, WithPrefix(s.prefix)) // another instance, still connected
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := t.Context()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for range 500 {
+			if cond() {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("timed out waiting until %s", what)
+	}
+
+	_, stop, err := s.Watch(ctx, "scope", "warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	waitFor("the subscription is up", s.hub.up)
+	now := time.Now()
+	if res, err := other.Claim(ctx, idem.Claim{Scope: "scope", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	up, stopUp, err := s.Watch(ctx, "scope", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopUp()
+
+	px.down()
+	select {
+	case <-up:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a pending watch was not woken when the subscription broke")
+	}
+	waitFor("the subscription is down", func() bool { return !s.hub.up() })
+
+	start := time.Now()
+	ch, stop, err := s.Watch(ctx, "scope", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("Watch with the subscription down took %v", d)
+	}
+	if err := other.Release(ctx, "scope", "k", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if closedNow(ch) {
+		t.Fatal("woken while the subscription is down")
+	}
+	px.up()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a watch taken while the subscription was down was not woken when it came back")
+	}
+	if !s.hub.up() {
+		t.Fatal("woken, but the subscription is not up")
+	}
+}
