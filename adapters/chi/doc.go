@@ -5,8 +5,8 @@
 //
 // # Wiring
 //
-// Mount the middleware once at the top of the router, with per-route
-// overrides given by route template:
+// Mount the middleware once on the way to each route: either once at the
+// top of the router, with per-route overrides given by route template,
 //
 //	r := chi.NewRouter()
 //	r.Use(middleware.Recoverer) // outermost: it answers panics with 500
@@ -15,8 +15,11 @@
 //		idem.ForRoute("POST", "/webhooks/{source}", idem.Skip()),
 //	))
 //
-// or where routes are declared, with their options there:
+// or, on a router without it, where routes are declared, with their
+// options there:
 //
+//	r := chi.NewRouter()
+//	r.Use(middleware.Recoverer)
 //	r.With(idemchi.Middleware(engine, idem.Optional())).Post("/search", search)
 //	r.Group(func(r chi.Router) {
 //		r.Use(idemchi.Middleware(engine, idem.TTL(time.Hour)))
@@ -26,6 +29,11 @@
 //
 // Build each middleware once, where the router is declared: it compiles
 // its options into an idem.Policy then.
+//
+// Not both on one route: a middleware behind one that already protects the
+// request (r.Use at the top and r.With on the route, say) passes it
+// through, so the outer one's policy applies and the inner one's options
+// do not.
 //
 // # Route templates
 //
@@ -38,7 +46,11 @@
 // itself; in r.With or r.Group, after routing; or inside a mounted
 // sub-router, where only part of the pattern is known. So the same key
 // sent to /items/1 and /items/2 is one scope and a 422, while the same key
-// sent to /echo and /items/1 is two scopes and runs both.
+// sent to /echo and /items/1 is two scopes and runs both. (One exception:
+// a request for the bare mount point of a sub-router, "/files" for
+// r.Mount("/files", sub), that sub routes with a catch-all "/*" route is
+// scoped by "/files" with the middleware at the top of the router, and by
+// chi's "/files/*" below it.)
 //
 // A request chi does not route (404, or 405 for a method the path does not
 // have) passes through untouched, whatever its key header holds, and chi

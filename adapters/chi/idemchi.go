@@ -11,11 +11,19 @@ import (
 
 // Middleware returns chi middleware that protects the routes behind it with
 // e's policy and opts. Build it once where the router, group or route is
-// declared; it works in every place chi takes middleware:
+// declared; it works in every place chi takes middleware. Mount it once on
+// the way to each route: for the whole router, with per-route options by
+// template in idem.ForRoute,
 //
-//	r.Use(idemchi.Middleware(e))                                  // the whole router
-//	r.With(idemchi.Middleware(e, idem.Optional())).Post(...)      // one route
-//	r.Group(func(r chi.Router) { r.Use(idemchi.Middleware(e)) })  // a group
+//	r.Use(idemchi.Middleware(e, idem.ForRoute("POST", "/search", idem.Optional())))
+//
+// or, on a router without that, per route and group:
+//
+//	r.With(idemchi.Middleware(e, idem.Optional())).Post("/search", search)
+//	r.Group(func(r chi.Router) { r.Use(idemchi.Middleware(e)); r.Post("/orders", create) })
+//
+// A middleware behind one that already protects the request passes it
+// through: the outer one's policy applies, the inner one's options do not.
 //
 // Keys are scoped by the full chi route template of the request
 // ("/api/orders/{id}"), the same string in every mounting style. A request
@@ -53,14 +61,20 @@ var lookups = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 // (rctx.RoutePatterns) are only part of the template. The path is the one
 // chi routes by: rctx.RoutePath when set, else the escaped URL path. Inside
 // a mounted sub-router chi has shifted rctx.RoutePath to the sub-router's
-// part of the path, so while the answer does not extend the patterns
-// already matched, the look-up is repeated with the URL path, then with
-// the path the mounts matched so far joined to rctx.RoutePath (which finds
-// paths rewritten before routing, as by middleware.StripSlashes).
+// part of the path, so the look-up is also made with the URL path, and
+// with the path the mounts matched so far joined to rctx.RoutePath (which
+// finds paths rewritten before routing, as by middleware.StripSlashes),
+// that one first when chi is known to have entered the sub-router. An
+// answer counts only when it extends the patterns and URL parameters chi
+// has matched so far.
 //
-// chi's Find counts the bare mount point of a sub-router ("/api" for
-// r.Mount("/api", sub)) as matched even when sub has no "/" route, so such
-// a request is protected although chi then answers 404.
+// chi's Find stops at the bare mount point of a sub-router ("/api" for
+// r.Mount("/api", sub)), where chi's routing goes on into sub with the
+// path "/". Looked up before routing (top-level r.Use), such a request is
+// protected even when sub has no "/" route and chi then answers 404, and
+// its template is the mount point's ("/api") even when sub routes "/"
+// with a catch-all, which chi's RoutePattern writes "/api/*". Below the
+// mount point (in sub, or after routing), the look-up goes on into sub.
 func routeTemplate(r *http.Request) (string, bool) {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil || rctx.Routes == nil {
@@ -89,23 +103,69 @@ func routeTemplate(r *http.Request) (string, bool) {
 	find := func(path string) (string, bool) {
 		tctx.Reset()
 		p := rctx.Routes.Find(tctx, method, path)
-		return normalize(p), p != "" && extends(tctx.RoutePatterns, known)
+		if p == "" {
+			return "", false
+		}
+		if !extends(tctx.RoutePatterns, known) || !sameParams(tctx.URLParams, rctx.URLParams) {
+			// Find stops at the bare mount point of a sub-router ("/api"
+			// or "/api/" for r.Mount("/api", sub)), where chi's routing
+			// goes on into sub with the path "/": go on when the
+			// middleware runs below that point.
+			if len(tctx.RoutePatterns) >= len(known) || !extends(known, tctx.RoutePatterns) ||
+				!descend(rctx.Routes, tctx, method) || !extends(tctx.RoutePatterns, known) ||
+				!sameParams(tctx.URLParams, rctx.URLParams) {
+				return "", false
+			}
+			p = strings.Join(tctx.RoutePatterns, "")
+		}
+		return normalize(p), true
 	}
-	route, ok := find(path)
-	if ok || len(known) == 0 {
-		return route, ok
+	if len(known) == 0 {
+		return find(path)
 	}
-	if path != urlPath {
-		if route, ok = find(urlPath); ok {
+	// The path the mounts matched so far joined to rctx.RoutePath, deepest
+	// mount first.
+	mounted := func() (string, bool) {
+		if rctx.RoutePath == "" {
+			return "", false
+		}
+		mounts := mountPaths(known, rctx.URLParams.Values)
+		for i := len(mounts) - 1; i >= 0; i-- {
+			if route, ok := find(mounts[i] + rctx.RoutePath); ok {
+				return route, true
+			}
+		}
+		return "", false
+	}
+	// Below a mount (chi's mount handler has cleared the value of its
+	// "*"), rctx.RoutePath is the sub-router's part of the path. A look-up
+	// of that part from the root can match some other route, so the URL
+	// path comes first when it ends with that part (nothing rewrote it),
+	// then the path rebuilt from the mounts.
+	below := strings.HasSuffix(known[len(known)-1], "/*") && clearedWildcard(rctx.URLParams)
+	triedURL := false
+	if below {
+		if strings.HasSuffix(urlPath, rctx.RoutePath) {
+			triedURL = true
+			if route, ok := find(urlPath); ok {
+				return route, true
+			}
+		}
+		if route, ok := mounted(); ok {
 			return route, true
 		}
 	}
-	if rctx.RoutePath != "" {
-		mounts := mountPaths(known, rctx.URLParams.Values)
-		for i := len(mounts) - 1; i >= 0; i-- {
-			if route, ok = find(mounts[i] + rctx.RoutePath); ok {
-				return route, true
-			}
+	if route, ok := find(path); ok {
+		return route, true
+	}
+	if path != urlPath && !triedURL {
+		if route, ok := find(urlPath); ok {
+			return route, true
+		}
+	}
+	if !below {
+		if route, ok := mounted(); ok {
+			return route, true
 		}
 	}
 	if !strings.HasSuffix(known[len(known)-1], "*") {
@@ -117,15 +177,41 @@ func routeTemplate(r *http.Request) (string, bool) {
 	return "", false
 }
 
+// descend continues a look-up by routes that ended at the bare mount point
+// of a sub-router (the last of tctx.RoutePatterns) into that sub-router,
+// with the path "/", as chi's routing does. It reports whether the
+// sub-router routes that path.
+func descend(routes chi.Routes, tctx *chi.Context, method string) bool {
+	pats := tctx.RoutePatterns
+	for i, p := range pats {
+		if i == len(pats)-1 {
+			p = strings.TrimSuffix(p, "/") + "/*"
+		}
+		var sub chi.Routes
+		for _, rt := range routes.Routes() {
+			if rt.Pattern == p {
+				sub = rt.SubRoutes
+				break
+			}
+		}
+		if sub == nil {
+			return false
+		}
+		routes = sub
+	}
+	return routes.Find(tctx, method, "/") != ""
+}
+
 // mountPaths returns, for each leading pattern of known that mounts a
-// sub-router ("/api/*"), the concrete path it and the patterns before it
+// sub-router ("/api/*", or a bare mount point such as "/api/" that more
+// patterns follow), the concrete path it and the patterns before it
 // matched ("/api"), with values (the URL parameter values of known, in
 // order) filled in.
 func mountPaths(known, values []string) []string {
 	var out []string
 	prefix := ""
-	for _, p := range known {
-		if !strings.HasSuffix(p, "/*") {
+	for i, p := range known {
+		if !strings.HasSuffix(p, "/*") && i == len(known)-1 {
 			break
 		}
 		var b strings.Builder
@@ -161,6 +247,31 @@ func mountPaths(known, values []string) []string {
 		out = append(out, prefix)
 	}
 	return out
+}
+
+// clearedWildcard reports whether the last URL parameter chi matched is a
+// "*" with no value, as chi's mount handler leaves it for the sub-router.
+func clearedWildcard(p chi.RouteParams) bool {
+	n := len(p.Keys) - 1
+	return n >= 0 && p.Keys[n] == "*" && n < len(p.Values) && p.Values[n] == ""
+}
+
+// sameParams reports whether a look-up matched the URL parameters chi has
+// matched so far (known), with the same values: a path relative to a
+// sub-router can also match from the root, through the same patterns with
+// other values ("/orders/7" as /{tenant}=orders/{id}=7 where chi routed
+// /acme/orders/7). Values of "*" are not compared: chi's mount handler
+// clears them.
+func sameParams(found, known chi.RouteParams) bool {
+	if len(found.Keys) < len(known.Keys) || len(found.Values) < len(known.Values) {
+		return false
+	}
+	for i, k := range known.Keys {
+		if found.Keys[i] != k || k != "*" && i < len(known.Values) && found.Values[i] != known.Values[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // extends reports whether patterns starts with known.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -478,5 +479,117 @@ func TestWithoutChi(t *testing.T) {
 	}
 	if got := rec.routes(); len(got) != 2 || got[0] != "" {
 		t.Errorf("routes %q, want two empty", got)
+	}
+}
+
+// TestNestedMiddleware checks the middleware mounted at the top of the
+// router and again on a route, a group or a sub-router: the outer one
+// protects the request, once, and its policy applies; the inner one passes
+// through.
+func TestNestedMiddleware(t *testing.T) {
+	e, rec := newEngine(t)
+	runs := 0
+	h := func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "made")
+	}
+	r := chi.NewRouter()
+	r.Use(idemchi.Middleware(e))
+	r.With(idemchi.Middleware(e, idem.TTL(time.Hour))).Post("/x", h)
+	r.With(idemchi.Middleware(e, idem.Optional())).Post("/opt", h)
+	r.Group(func(r chi.Router) {
+		r.Use(idemchi.Middleware(e))
+		r.Post("/g", h)
+	})
+	r.Route("/api", func(r chi.Router) {
+		r.Use(idemchi.Middleware(e))
+		r.With(idemchi.Middleware(e)).Post("/orders/{id}", h)
+	})
+	for _, c := range []struct{ target, route string }{
+		{"/x", "/x"}, {"/g", "/g"}, {"/api/orders/7", "/api/orders/{id}"},
+	} {
+		runs = 0
+		rec.mu.Lock()
+		rec.events = nil
+		rec.mu.Unlock()
+		for i := range 2 {
+			got := do(r, "POST", c.target, "nested", "")
+			if got.code != http.StatusCreated || got.body != "made" || got.replayed() != (i == 1) {
+				t.Errorf("%s #%d: %d %q replayed=%v", c.target, i, got.code, got.body, got.replayed())
+			}
+		}
+		if runs != 1 {
+			t.Errorf("%s: handler ran %d times, want 1", c.target, runs)
+		}
+		if got := rec.routes(); len(got) != 2 || got[0] != c.route || got[1] != c.route {
+			t.Errorf("%s: the engine saw routes %q, want %q twice", c.target, got, c.route)
+		}
+	}
+	// The inner middleware's Optional does not apply: the outer one
+	// requires a key.
+	if got := do(r, "POST", "/opt", "", ""); got.code != http.StatusBadRequest {
+		t.Errorf("no key under the outer policy: %d %q, want 400", got.code, got.body)
+	}
+}
+
+// TestRouteTemplateSubRouters covers sub-router layouts where the part of
+// the path a sub-router routes also routes from the root, and bare mount
+// points, with the middleware inside the sub-router: the template is
+// chi's, and the request is protected.
+func TestRouteTemplateSubRouters(t *testing.T) {
+	ok := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }
+	for _, c := range []struct {
+		name, target, want string
+		build              func(mw func(http.Handler) http.Handler) http.Handler
+	}{
+		// "/orders/7" routes from the root too, as /{tenant}/{id}.
+		{"tenant sub-router", "/acme/orders/7", "/{tenant}/orders/{id}", func(mw func(http.Handler) http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Route("/{tenant}", func(r chi.Router) {
+				r.Use(mw)
+				r.Post("/{id}", ok)
+				r.Post("/orders/{id}", ok)
+			})
+			return r
+		}},
+		{"tenant sub-router, sibling", "/acme/7", "/{tenant}/{id}", func(mw func(http.Handler) http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Route("/{tenant}", func(r chi.Router) {
+				r.Use(mw)
+				r.Post("/{id}", ok)
+				r.Post("/orders/{id}", ok)
+			})
+			return r
+		}},
+		// chi goes into the sub-router mounted at "/api" with "/", and on
+		// into the one mounted at "/" there.
+		{"Mount at / below a bare mount point", "/api", "/api", func(mw func(http.Handler) http.Handler) http.Handler {
+			legacy := chi.NewRouter()
+			legacy.Use(mw)
+			legacy.Post("/", ok)
+			r := chi.NewRouter()
+			r.Route("/api", func(r chi.Router) { r.Mount("/", legacy) })
+			return r
+		}},
+		{"catch-all at a bare mount point, With", "/files", "/files/*", func(mw func(http.Handler) http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Route("/files", func(r chi.Router) { r.With(mw).Post("/*", ok) })
+			return r
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, rec := newEngine(t)
+			h := c.build(idemchi.Middleware(e))
+			if r := do(h, "POST", c.target, "k", ""); r.code != 201 || r.replayed() {
+				t.Fatalf("POST %s: %d %q replayed=%v", c.target, r.code, r.body, r.replayed())
+			}
+			if r := do(h, "POST", c.target, "k", ""); r.code != 201 || !r.replayed() {
+				t.Errorf("retry: %d replayed=%v, want a replay", r.code, r.replayed())
+			}
+			if got := rec.routes(); len(got) != 2 || got[0] != c.want || got[1] != c.want {
+				t.Errorf("routes %q, want %q twice", got, c.want)
+			}
+		})
 	}
 }

@@ -18,6 +18,11 @@ func TestMountPaths(t *testing.T) {
 		{[]string{"/n/{n:[0-9]{2}}/*"}, []string{"42", ""}, []string{"/n/42"}},
 		{[]string{"/orders/{id}"}, []string{"7"}, nil},
 		{[]string{"/a/{x}/*"}, nil, nil}, // values do not line up
+		// Bare mount points ("/api" for r.Mount("/api", sub)) that chi
+		// went through into a sub-router.
+		{[]string{"/api/", "/*"}, []string{""}, []string{"/api", "/api"}},
+		{[]string{"/t/{tenant}", "/v1/*", "/orders/{id}"}, []string{"acme", "", "7"}, []string{"/t/acme", "/t/acme/v1"}},
+		{[]string{"/api/"}, nil, nil},
 	} {
 		got := mountPaths(c.known, c.values)
 		if len(got) != len(c.want) {

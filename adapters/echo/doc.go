@@ -1,17 +1,30 @@
 // Package idemecho makes Echo (github.com/labstack/echo/v4) handlers safe to
 // retry with the Idempotency-Key header, using an [idem.Engine].
 //
-// [Middleware] mounts the engine wherever Echo takes middleware:
+// [Middleware] mounts the engine wherever Echo takes middleware, once on
+// the way to each route: either for every route, with per-route options
+// given by route template,
 //
 //	e := echo.New()
 //	e.Use(middleware.Recover())            // outermost: a panic releases the key, then 500
 //	e.Use(idemecho.Middleware(engine,      // every route
 //		idem.ForRoute("POST", "/search", idem.Optional()),
 //		idem.ForRoute("POST", "/webhooks/:source", idem.Skip()),
+//		idem.ForRoute("POST", "/payments", idem.TTL(time.Hour)),
 //	))
 //
-//	api := e.Group("/api", idemecho.Middleware(engine))                    // a group
+// or, on an Echo without it, as group and route middleware, with the
+// options where the routes are declared:
+//
+//	e := echo.New()
+//	e.Use(middleware.Recover())
+//	api := e.Group("/api", idemecho.Middleware(engine))                        // a group
 //	e.POST("/payments", pay, idemecho.Middleware(engine, idem.TTL(time.Hour))) // one route
+//
+// Not both on one route: a middleware on the way to a route that one
+// mounted before it (with Use, or on an enclosing group) already protects
+// passes the request through, so the outer one's policy applies and the
+// inner one's options do not.
 //
 // Keys are scoped by the route template Echo matched, as c.Path() names it
 // ("/orders/:id"), together with the method and the engine's namespace, so
@@ -28,7 +41,7 @@
 // requests with a method the engine does not protect (GET, HEAD, ...).
 //
 // The handler writes into the engine's capture through a *echo.Response of
-// its own; the context's original response carries what is finally sent
+// its own (Status 200 and Committed false until it writes, as Echo's); the context's original response carries what is finally sent
 // (the captured response, a replay or a problem), so Committed, Status and
 // Size are right for the middleware outside. A handler's returned error is
 // answered inside the middleware with c.Error, so Echo's HTTP error handler

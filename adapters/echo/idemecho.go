@@ -15,8 +15,11 @@ import (
 // the engine's policy and opts. Build it once where it is mounted: with
 // Echo.Use for every route (naming routes in opts with [idem.ForRoute] and
 // Echo's syntax, "/orders/:id"), or as group or route middleware with the
-// options of those routes. Never mount it with Echo.Pre: no route is known
-// there yet, and every request would pass through unprotected.
+// options of those routes; not both on one route: a second middleware
+// inside one that protects the request passes it through, so the outer
+// one's options apply and its own do not. Never mount it with Echo.Pre: no
+// route is known there yet, and every request would pass through
+// unprotected.
 //
 // Keys are scoped by c.Path(), the route template Echo matched. Requests
 // with a method the engine does not protect, and requests that matched no
@@ -76,6 +79,7 @@ func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// flag follows what it wrote into the capture while the context's
 	// response stays unwritten until Serve sends.
 	b.own = *echo.NewResponse(w, c.Echo())
+	b.own.Status = http.StatusOK // as Echo's own, reset for each request
 	c.SetResponse(&b.own)
 	if err := b.next(c); err != nil {
 		c.Error(err) // the error page is what gets captured

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	idemecho "github.com/idemkit/idem/adapters/echo"
 	idem "github.com/idemkit/idem/core"
@@ -392,5 +393,74 @@ func TestSafeMethodsUntouched(t *testing.T) {
 	}
 	if evs := rec.take(); len(evs) != 0 {
 		t.Errorf("events for GET: %+v", evs)
+	}
+}
+
+// TestResponseBeforeWrite checks that a protected handler sees the
+// response Echo gives every handler: status 200, nothing written yet.
+func TestResponseBeforeWrite(t *testing.T) {
+	for _, m := range mountings {
+		t.Run(m.name, func(t *testing.T) {
+			eng, _ := newEngine(t)
+			e := newEcho()
+			var status int
+			var committed bool
+			var size int64
+			m.mount(e, idemecho.Middleware(eng))(http.MethodPost, "/s", func(c echo.Context) error {
+				r := c.Response()
+				status, committed, size = r.Status, r.Committed, r.Size
+				return c.String(http.StatusCreated, "ok")
+			})
+			want(t, do(e, "POST", m.prefix+"/s", "k", ""), 201, "ok", false)
+			if status != http.StatusOK || committed || size != 0 {
+				t.Errorf("before writing the handler saw status %d committed=%v size=%d, want 200 false 0", status, committed, size)
+			}
+		})
+	}
+}
+
+// TestNestedMiddleware checks the middleware mounted globally and again as
+// route (or group) middleware: the outer one protects the request, once,
+// and its policy applies; the inner one passes through.
+func TestNestedMiddleware(t *testing.T) {
+	eng, rec := newEngine(t)
+	e := newEcho()
+	e.Use(idemecho.Middleware(eng))
+	var runs atomic.Int64
+	h := func(c echo.Context) error { runs.Add(1); return c.String(http.StatusCreated, "made") }
+	fail := func(c echo.Context) error {
+		runs.Add(1)
+		return echo.NewHTTPError(http.StatusConflict, "taken")
+	}
+	e.POST("/x", h, idemecho.Middleware(eng, idem.TTL(time.Hour)))
+	e.POST("/opt", h, idemecho.Middleware(eng, idem.Optional()))
+	g := e.Group("/g", idemecho.Middleware(eng))
+	g.POST("/y", h, idemecho.Middleware(eng))
+	g.POST("/fail", fail, idemecho.Middleware(eng))
+
+	for _, target := range []string{"/x", "/g/y"} {
+		runs.Store(0)
+		rec.take()
+		want(t, do(e, "POST", target, "nested", ""), 201, "made", false)
+		want(t, do(e, "POST", target, "nested", ""), 201, "made", true)
+		if n := runs.Load(); n != 1 {
+			t.Errorf("%s: handler ran %d times, want 1", target, n)
+		}
+		if n := len(rec.take()); n != 2 {
+			t.Errorf("%s: the engine saw %d requests, want 2", target, n)
+		}
+	}
+	// The handler's error, returned through the inner middleware, is the
+	// outer one's to answer: Echo's page, stored and replayed.
+	runs.Store(0)
+	want(t, do(e, "POST", "/g/fail", "nested", ""), 409, `{"message":"taken"}`+"\n", false)
+	want(t, do(e, "POST", "/g/fail", "nested", ""), 409, `{"message":"taken"}`+"\n", true)
+	if n := runs.Load(); n != 1 {
+		t.Errorf("/g/fail: handler ran %d times, want 1", n)
+	}
+	// The inner middleware's Optional does not apply: the outer one
+	// requires a key.
+	if w := do(e, "POST", "/opt", "", ""); w.Code != http.StatusBadRequest {
+		t.Errorf("no key under the outer policy: %d %q, want 400", w.Code, w.Body)
 	}
 }

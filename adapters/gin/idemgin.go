@@ -3,6 +3,7 @@ package idemgin
 import (
 	"bufio"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 
@@ -12,27 +13,54 @@ import (
 
 // Middleware returns Gin middleware that protects the routes it covers with
 // e's policy and opts. Build it once, where the router, group or route is
-// declared:
+// declared, and mount it once on the way to each route: globally,
 //
-//	router.Use(idemgin.Middleware(engine))                                // every route
+//	router.Use(idemgin.Middleware(engine, // every route
+//		idem.ForRoute("POST", "/search", idem.Optional()), // options by route
+//	))
+//
+// or per group or route, on a router without the global one:
+//
 //	api := router.Group("/api", idemgin.Middleware(engine, idem.TTL(time.Hour)))
 //	router.POST("/search", idemgin.Middleware(engine, idem.Optional()), search)
+//
+// A second middleware on the way to a route already protected by one
+// (global and again per route) passes the request through: the outer one's
+// policy applies, and the inner one's options are ignored.
 //
 // Keys are scoped by the route template Gin matched (c.FullPath(), such as
 // "/orders/:id"), which Gin resolves before any handler of the chain runs,
 // so the result is the same wherever the middleware is mounted. Requests
 // Gin did not match (404, 405: FullPath is empty) and methods the engine
-// does not protect go on down the chain untouched.
+// does not protect go on down the chain untouched, and so do requests the
+// engine does not protect after all (an optional key that is absent, a
+// skipped route, a nested middleware): their handlers write to Gin's own
+// writer.
 //
 // The handlers after the middleware write through a gin.ResponseWriter that
 // feeds the engine's capture, with Gin's own semantics: the status is sent
 // lazily, so c.Status(201) with no body, c.AbortWithStatus and WriteString
-// are all captured, stored and replayed. Middleware that turns c.Errors
-// into an error page must be mounted after this one for the page to be
-// stored. When the engine answers without running the chain (a replay, a
-// 409, 422, 400, 413 or 503), the chain is aborted and the response is
-// written by the time the middleware returns. A panic releases the key and
-// goes on to Gin's recovery middleware, which should be mounted first.
+// are all captured, stored and replayed.
+//
+// Errors: when the chain returns having written no body, set no status
+// below 400, and left errors in c.Errors (c.Error, c.AbortWithError), the
+// response is not the handlers' to give: the key is released, nothing is
+// stored, and the status and headers they set go to Gin's writer unsent
+// (sent, as Gin does, if they called WriteHeaderNow or AbortWithError), for
+// middleware outside this one to render c.Errors as the page. A retry runs
+// the handler again. To store and replay error pages instead, mount the
+// middleware that renders them after this one: the page it writes is then
+// the response. A handler that sets a status below 400 (c.Status(201)) has
+// succeeded: its response is stored whatever c.Errors holds.
+//
+// When the engine answers without running the chain (a replay, a 409, 422,
+// 400, 413 or 503), the chain is aborted and the response is written by
+// the time the middleware returns. A panic releases the key and goes on to
+// Gin's recovery middleware, which should be mounted first.
+//
+// Values the engine puts in the request's context (such as the
+// transaction of pgxstore.Tx) are reached through c.Request.Context(), not
+// through c itself, unless the Gin engine's ContextWithFallback is set.
 func Middleware(e *idem.Engine, opts ...idem.RouteOption) gin.HandlerFunc {
 	p := e.Policy(opts...)
 	return func(c *gin.Context) {
@@ -43,38 +71,96 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) gin.HandlerFunc {
 		}
 		gw, r := c.Writer, c.Request
 		defer func() { c.Writer, c.Request = gw, r }()
-		b := &writer{c: c, status: http.StatusOK, size: -1}
+		b := &writer{c: c, status: gw.Status(), size: -1}
 		p.Serve(gw, r, route, b)
-		if !b.called {
+		switch {
+		case !b.called: // the engine answered
 			c.Abort()
+			gw.WriteHeaderNow()
+		case b.pass: // the chain wrote to gw itself
+		case b.left:
+			// The response is left to middleware outside: Gin's writer
+			// gets the chain's status and headers, as if this middleware
+			// were not there.
+			if b.hdr != nil {
+				h := gw.Header()
+				clear(h)
+				maps.Copy(h, b.hdr)
+			}
+			gw.WriteHeader(b.status)
+			if b.Written() {
+				gw.WriteHeaderNow()
+			}
+		default:
+			gw.WriteHeaderNow()
 		}
-		gw.WriteHeaderNow()
 	}
 }
 
 // writer runs the rest of the Gin chain as the engine's next handler, and
 // is the gin.ResponseWriter that chain writes to. Like Gin's own writer it
 // holds the status until the first byte, WriteHeaderNow or Flush, so
-// headers set after c.Status still go out.
+// headers set after c.Status still go out. It goes further and holds the
+// status (and a frozen copy of the headers) past WriteHeaderNow, until the
+// first byte, Flush or the chain's end: a status-only response with
+// c.Errors can then still be left to the middleware outside.
 type writer struct {
 	c      *gin.Context
 	w      http.ResponseWriter // what the engine gave the handler
+	late   http.Header         // what Header returns once the status is written but not sent
+	hdr    http.Header         // the abandoned response's headers
 	status int
-	size   int // -1 until the status is sent
-	called bool
+	size   int  // -1 until the status is written
+	set    bool // the chain set the status
+	sent   bool // the status went to w
+	called bool // the engine ran the chain
+	pass   bool // ... on Gin's writer: the request is not protected here
+	left   bool // ... and left the response to the middleware outside
 }
 
 var _ gin.ResponseWriter = (*writer)(nil)
 
 // ServeHTTP runs the handlers after the middleware on w and r.
 func (b *writer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b.called, b.w = true, w
-	b.c.Writer, b.c.Request = b, r
-	b.c.Next()
-	b.WriteHeaderNow()
+	b.called = true
+	c := b.c
+	c.Request = r
+	if _, ok := w.(gin.ResponseWriter); ok {
+		// Serve passed gw through (an optional key that is absent, a
+		// skipped route, or a middleware outside that protects the
+		// request already): the chain runs on Gin's writer as if this
+		// middleware were not there. Under a claim, or failing open, w is
+		// the engine's own writer.
+		b.pass = true
+		c.Next()
+		return
+	}
+	b.w = w
+	c.Writer = b
+	c.Next()
+	if !b.sent && len(c.Errors) > 0 && (!b.set || b.status >= http.StatusBadRequest) {
+		// No body, no success status, and errors: the page is for the
+		// middleware outside to render.
+		b.left = true
+		if idem.Abandon(w) {
+			b.hdr = w.Header() // the handler's headers, which the engine kept from gw
+		}
+		return
+	}
+	b.send()
 }
 
-func (b *writer) Header() http.Header { return b.w.Header() }
+// Header returns the headers of the response. Once the status is written,
+// changes have no effect, as with Gin.
+func (b *writer) Header() http.Header {
+	if b.size >= 0 && !b.sent {
+		if b.late == nil {
+			b.late = b.w.Header().Clone()
+		}
+		return b.late
+	}
+	return b.w.Header()
+}
 
 // WriteHeader records the status, which is sent with the first byte.
 // Informational statuses (103 Early Hints) go straight through.
@@ -84,20 +170,31 @@ func (b *writer) WriteHeader(code int) {
 	case code < 200 && code != http.StatusSwitchingProtocols:
 		b.w.WriteHeader(code)
 	default:
-		b.status = code
+		b.status, b.set = code, true
 	}
 }
 
-// WriteHeaderNow sends the recorded status unless it was sent.
+// WriteHeaderNow writes the recorded status unless it was written. The
+// engine gets it with the first byte, on Flush, or when the chain returns.
 func (b *writer) WriteHeaderNow() {
-	if !b.Written() {
+	if b.size < 0 {
 		b.size = 0
+	}
+}
+
+// send hands the status to the engine unless it has it.
+func (b *writer) send() {
+	if !b.sent {
+		b.sent = true
+		if b.size < 0 {
+			b.size = 0
+		}
 		b.w.WriteHeader(b.status)
 	}
 }
 
 func (b *writer) Write(p []byte) (int, error) {
-	b.WriteHeaderNow()
+	b.send()
 	n, err := b.w.Write(p)
 	b.size += n
 	return n, err
@@ -106,7 +203,7 @@ func (b *writer) Write(p []byte) (int, error) {
 // WriteString writes s through the engine's capture without a copy when
 // the writer supports it.
 func (b *writer) WriteString(s string) (int, error) {
-	b.WriteHeaderNow()
+	b.send()
 	var n int
 	var err error
 	if sw, ok := b.w.(interface{ WriteString(string) (int, error) }); ok {
@@ -126,7 +223,7 @@ func (b *writer) Written() bool { return b.size != -1 }
 // engine then stores the status and headers without the body and streams
 // the rest.
 func (b *writer) Flush() {
-	b.WriteHeaderNow()
+	b.send()
 	_ = http.NewResponseController(b.w).Flush()
 }
 
@@ -139,8 +236,11 @@ func (b *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, errHijackAfterWrite
 	}
 	conn, rw, err := http.NewResponseController(b.w).Hijack()
-	if err == nil && b.size < 0 {
-		b.size = 0
+	if err == nil {
+		b.sent = true
+		if b.size < 0 {
+			b.size = 0
+		}
 	}
 	return conn, rw, err
 }
