@@ -76,12 +76,18 @@ func (c *capture) WriteHeader(status int) {
 	}
 	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
 		// Informational responses (103 Early Hints) go straight through,
-		// with the headers set so far (the final set replaces them).
+		// with the headers set so far; the writer's own headers are put
+		// back after, so they still tell outer headers from the handler's.
 		h := c.w.Header()
+		saved := h.Clone()
 		for k, v := range c.header {
-			h[k] = v
+			h[k] = v[:len(v):len(v)]
 		}
 		c.w.WriteHeader(status)
+		clear(h)
+		for k, v := range saved {
+			h[k] = v
+		}
 		return
 	}
 	c.status = status
@@ -134,7 +140,7 @@ func (c *capture) ReadFrom(r io.Reader) (int64, error) {
 // Flush starts streaming: a handler that flushes wants the client to see
 // bytes now, so the record is completed without the body first.
 func (c *capture) Flush() {
-	if c.hijacked {
+	if c.hijacked || c.abandon {
 		return
 	}
 	if c.status == 0 {
@@ -152,6 +158,9 @@ func (c *capture) Flush() {
 func (c *capture) FlushError() error {
 	if c.hijacked {
 		return http.ErrHijacked
+	}
+	if c.abandon {
+		return errAbandonedByHandler
 	}
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
@@ -267,15 +276,22 @@ func (c *capture) send() {
 	if c.buf.Len() > 0 {
 		_, _ = c.w.Write(c.buf.Bytes())
 	}
-	if len(c.late) > 0 {
-		declared := c.header["Trailer"]
-		h := c.w.Header()
-		for k, v := range c.late {
-			if strings.HasPrefix(k, http.TrailerPrefix) || slices.ContainsFunc(declared, func(d string) bool {
-				return slices.ContainsFunc(strings.Split(d, ","), func(f string) bool { return http.CanonicalHeaderKey(strings.TrimSpace(f)) == k })
-			}) {
-				h[k] = v
-			}
+	c.sendTrailers()
+}
+
+// sendTrailers hands the trailers the handler set after the status (in
+// its late header map) to the writer, which sends them after the body.
+func (c *capture) sendTrailers() {
+	if len(c.late) == 0 {
+		return
+	}
+	declared := c.header["Trailer"]
+	h := c.w.Header()
+	for k, v := range c.late {
+		if strings.HasPrefix(k, http.TrailerPrefix) || slices.ContainsFunc(declared, func(d string) bool {
+			return slices.ContainsFunc(strings.Split(d, ","), func(f string) bool { return http.CanonicalHeaderKey(strings.TrimSpace(f)) == k })
+		}) {
+			h[k] = v
 		}
 	}
 }

@@ -227,6 +227,7 @@ type run struct {
 	cl    [1]string   // Content-Length of the buffered response
 
 	stopHeartbeat func()
+	completed     bool    // Complete (not a transaction) stored the record
 	one           [1]byte // scratch for checking a body's end
 }
 
@@ -374,7 +375,8 @@ func (x *run) wait(rec *Record) {
 		switch {
 		case err != nil:
 			// The key is known to be in flight: never run unprotected
-			// beside it, even with fail open.
+			// beside it, even with fail open. The claim may have landed.
+			go e.releaseOrphan(x.r.Context(), x.scope, x.key, x.token)
 			x.ev.Err = err
 			x.conflict(OutcomeWaitTimeout, rec)
 		case res.Acquired:
@@ -429,9 +431,10 @@ func (x *run) execute() {
 		case c.hijacked:
 		case !c.direct:
 			x.release()
-		case x.ev.Outcome == OutcomeExecuted:
-			// The stream had started and its record was completed: the
-			// client saw a truncated response, so the record must go.
+		case x.completed:
+			// The stream had started and its record was completed (not in
+			// a transaction, whose writes did commit): the client saw a
+			// truncated response, so the record must go.
 			x.evict()
 		}
 		x.ev.Outcome = OutcomeReleased
@@ -459,6 +462,9 @@ func (x *run) execute() {
 		x.release()
 	case c.direct:
 		// Streamed: stored or released when it started.
+		if !c.discard {
+			c.sendTrailers()
+		}
 	default:
 		if c.status == 0 {
 			c.WriteHeader(http.StatusOK)
@@ -541,6 +547,8 @@ func (x *run) store(c *capture, omitted bool) error {
 			x.rollback(c.tx)
 			x.release()
 		}
+	} else if c.tx == nil {
+		x.completed = true
 	}
 	return err
 }
@@ -626,7 +634,7 @@ func (x *run) heartbeat() func() {
 		return func() {}
 	}
 	// Beat often enough for the lease in effect on this route.
-	interval := min(e.cfg.heartbeat, min(e.cfg.lease, x.p.retention)/3)
+	interval := max(min(e.cfg.heartbeat, min(e.cfg.lease, x.p.retention)/3), time.Millisecond)
 	stop := make(chan struct{})
 	var once sync.Once
 	var wg sync.WaitGroup

@@ -335,3 +335,86 @@ func TestBodyOmittedDropsRepresentationHeaders(t *testing.T) {
 		t.Errorf("body-omitted replay headers %v", w.Header())
 	}
 }
+
+func TestPanicAfterLostStreamKeepsTheNewOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestStore()
+		e, _ := newEngine(t, s, WithLease(3*time.Second), WithHeartbeat(time.Second))
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.mu.Lock()
+			for _, rec := range s.recs {
+				rec.token = "new-owner" // another request took the key over
+			}
+			s.mu.Unlock()
+			time.Sleep(2 * time.Second) // the heartbeat finds the claim lost
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}))
+		func() {
+			defer func() { recover() }()
+			post(h, "/", "k", "")
+		}()
+		if len(s.recs) != 1 {
+			t.Error("the loser's panic deleted the new owner's record")
+		}
+	})
+}
+
+func TestEarlyHintsKeepStoredHeaders(t *testing.T) {
+	e, _ := newEngine(t, newTestStore())
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/orders/1")
+		w.Header().Set("Link", "</a.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(201)
+	}))
+	post(h, "/", "k", "")
+	if w := post(h, "/", "k", ""); w.Header().Get("Location") != "/orders/1" {
+		t.Errorf("replay after early hints lost the handler's headers: %v", w.Header())
+	}
+}
+
+func TestFlushAfterAbandon(t *testing.T) {
+	e, _ := newEngine(t, newTestStore())
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			Abandon(w)
+			w.(http.Flusher).Flush()
+			if err := http.NewResponseController(w).Flush(); err == nil {
+				t.Error("FlushError after Abandon succeeded")
+			}
+		})).ServeHTTP(w, r)
+		w.WriteHeader(502)
+	})
+	if w := post(h, "/", "k", ""); w.Code != 502 {
+		t.Errorf("%d", w.Code)
+	}
+}
+
+func TestTinyRouteTTLWithHeartbeat(t *testing.T) {
+	e, _ := newEngine(t, newTestStore(), WithHeartbeat(time.Second))
+	h := e.Middleware(TTL(2))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	post(h, "/", "k", "") // must not crash the process
+}
+
+func TestStreamedTrailers(t *testing.T) {
+	e, _ := newEngine(t, newTestStore(), WithMaxResponseBody(1))
+	srv := httptest.NewServer(e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Checksum")
+		io.WriteString(w, "streamed body")
+		w.Header().Set("X-Checksum", "abc")
+	})))
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL, nil)
+	req.Header.Set("Idempotency-Key", "k")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Trailer.Get("X-Checksum") != "abc" {
+		t.Errorf("streamed trailers %v", resp.Trailer)
+	}
+}
