@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -247,14 +248,14 @@ func TestWatchDoesNotWaitForListener(t *testing.T) {
 	listenerBackoff = 20 * time.Millisecond
 	px := newProxy(t)
 	direct := newStore(t, nil) // creates and drops the table
-	s, err := New(poolAt(t, px.addr), WithTable(direct.Table()), WithLogger(quietLog))
+	s, err := New(poolAt(t, px.Addr()), WithTable(direct.Table()), WithLogger(quietLog))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	ctx := t.Context()
 	scope := claimAt("", "", "", t0, 0).Scope
-	px.down()
+	px.Set(conformance.ProxyDown)
 
 	watch := func(key string) <-chan struct{} {
 		t.Helper()
@@ -275,7 +276,7 @@ func TestWatchDoesNotWaitForListener(t *testing.T) {
 	if closedNow(first) || closedNow(second) || s.listener.isUp() {
 		t.Fatal("woken, or up, with the server unreachable")
 	}
-	px.up()
+	px.Set(conformance.ProxyUp)
 	for i, ch := range []<-chan struct{}{first, second} {
 		if !fired(ch, 10*time.Second) {
 			t.Fatalf("watch %d not woken when the listener came up", i)

@@ -2,13 +2,13 @@ package pgxstore
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/url"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -92,73 +92,14 @@ func TestUnreachableFailsPromptly(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP connections to the test server and can be switched
-// off (every connection cut, new ones refused) and on again, standing in
-// for a PostgreSQL restart.
-type proxy struct {
-	t      *testing.T
-	target string
-	addr   string
-
-	mu    sync.Mutex
-	ln    net.Listener
-	conns []net.Conn
-}
-
-func newProxy(t *testing.T) *proxy {
+// newProxy returns a proxy to the test server that can be cut away and
+// brought back, standing in for a PostgreSQL restart.
+func newProxy(t *testing.T) *conformance.Proxy {
 	u, err := url.Parse(testURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{t: t, target: u.Host}
-	p.up()
-	t.Cleanup(p.down)
-	return p
-}
-
-func (p *proxy) up() {
-	addr := p.addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.mu.Lock()
-	p.ln, p.addr = ln, ln.Addr().String()
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { io.Copy(s, c); s.Close() }() //nolint:errcheck
-			go func() { io.Copy(c, s); c.Close() }() //nolint:errcheck
-		}
-	}()
-}
-
-func (p *proxy) down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
+	return conformance.NewProxy(t, u.Host)
 }
 
 // The server goes away and comes back: calls fail within their deadline
@@ -170,7 +111,7 @@ func TestOutageRecovery(t *testing.T) {
 	listenerBackoff = 20 * time.Millisecond
 	px := newProxy(t)
 	direct := newStore(t, nil) // creates and drops the table
-	s, err := New(poolAt(t, px.addr), WithTable(direct.Table()), WithLogger(quietLog))
+	s, err := New(poolAt(t, px.Addr()), WithTable(direct.Table()), WithLogger(quietLog))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +128,7 @@ func TestOutageRecovery(t *testing.T) {
 	}
 	defer stop()
 
-	px.down()
+	px.Set(conformance.ProxyDown)
 	if !fired(ch, 5*time.Second) {
 		t.Fatal("watchers not woken when the server went away")
 	}
@@ -204,7 +145,7 @@ func TestOutageRecovery(t *testing.T) {
 		}
 	}
 
-	px.up()
+	px.Set(conformance.ProxyUp)
 	var res idem.ClaimResult
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -1,12 +1,10 @@
 package redisstore
 
 import (
-	"io"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
 	"github.com/redis/go-redis/v9"
 )
@@ -60,77 +58,13 @@ func TestWatchDoesNotBlock(t *testing.T) {
 	}
 }
 
-// tcpProxy forwards connections to target and can be cut and restored,
-// standing in for a network partition between the Store and Redis.
-type tcpProxy struct {
-	t      *testing.T
-	target string
-	addr   string
-
-	mu    sync.Mutex
-	ln    net.Listener
-	conns []net.Conn
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	p := &tcpProxy{t: t, target: target}
-	p.up()
-	t.Cleanup(p.down)
-	return p
-}
-
-func (p *tcpProxy) up() {
-	addr := p.addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.mu.Lock()
-	p.ln, p.addr = ln, ln.Addr().String()
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
-			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
-		}
-	}()
-}
-
-func (p *tcpProxy) down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		_ = p.ln.Close()
-		p.ln = nil
-	}
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
 // The subscription breaks while Redis stays up for others: a watch taken
 // meanwhile returns at once, a completion published meanwhile is missed by
 // the subscription, and the watch is woken when the subscription is back.
 func TestWatchWhileSubscriptionDown(t *testing.T) {
 	direct := testClient(t)
-	px := newTCPProxy(t, direct.Options().Addr)
-	proxied := redis.NewClient(&redis.Options{Addr: px.addr, DB: direct.Options().DB, ContextTimeoutEnabled: true})
+	px := conformance.NewProxy(t, direct.Options().Addr)
+	proxied := redis.NewClient(&redis.Options{Addr: px.Addr(), DB: direct.Options().DB, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = proxied.Close() })
 	s := newTestStore(t, proxied)
 	other, err := New(direct, WithPrefix(s.prefix)) // another instance, still connected
@@ -166,7 +100,7 @@ func TestWatchWhileSubscriptionDown(t *testing.T) {
 	}
 	defer stopUp()
 
-	px.down()
+	px.Set(conformance.ProxyDown)
 	select {
 	case <-up:
 	case <-time.After(5 * time.Second):
@@ -190,7 +124,7 @@ func TestWatchWhileSubscriptionDown(t *testing.T) {
 	if closedNow(ch) {
 		t.Fatal("woken while the subscription is down")
 	}
-	px.up()
+	px.Set(conformance.ProxyUp)
 	select {
 	case <-ch:
 	case <-time.After(10 * time.Second):
