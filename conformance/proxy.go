@@ -48,23 +48,27 @@ func NewProxy(t testing.TB, target string) *Proxy {
 // Addr returns the proxy's host:port.
 func (p *Proxy) Addr() string { return p.addr }
 
-// Set switches the proxy's mode; every open connection is cut.
+// Set switches the proxy's mode; every open connection is cut. Going
+// down, the listener closes before the cut, so a client that reconnects at
+// once is refused rather than caught half-way.
 func (p *Proxy) Set(mode ProxyMode) {
 	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
 	p.mode = mode
 	ln := p.ln
 	if mode == ProxyDown {
 		p.ln = nil
 	}
 	p.mu.Unlock()
-	switch {
-	case mode == ProxyDown && ln != nil:
+	if mode == ProxyDown && ln != nil {
 		ln.Close()
-	case mode != ProxyDown && ln == nil:
+	}
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+	p.mu.Unlock()
+	if mode != ProxyDown && ln == nil {
 		p.listen(p.addr)
 	}
 }
@@ -88,6 +92,11 @@ func (p *Proxy) accept(ln net.Listener) {
 		}
 		p.mu.Lock()
 		mode := p.mode
+		if mode == ProxyDown {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
 		p.conns[c] = struct{}{}
 		p.mu.Unlock()
 		if mode == ProxyUp {
