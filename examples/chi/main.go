@@ -4,10 +4,12 @@
 //	go run ./examples/chi                # memory store, 127.0.0.1:8080
 //	go run ./examples/chi -store postgres
 //	go run ./examples/chi -metrics       # Prometheus metrics on GET /metrics
+//	go run ./examples/chi -admin-token s3cret  # idem's admin handler on /admin/idem
 package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"flag"
 	"net/http"
 
@@ -27,8 +29,10 @@ import (
 
 func main() {
 	var metrics bool
+	var adminToken string
 	flags := app.ParseOrders("chi", func(fs *flag.FlagSet) {
 		fs.BoolVar(&metrics, "metrics", false, "serve Prometheus metrics on GET /metrics")
+		fs.StringVar(&adminToken, "admin-token", "", "serve idem's admin handler on /admin/idem to requests with \"Authorization: Bearer TOKEN\" (default: off)")
 	})
 	ctx := context.Background()
 	store, closeStore, err := flags.Store.Open(ctx)
@@ -68,10 +72,29 @@ func main() {
 	if metricsHandler != nil {
 		r.Method(http.MethodGet, "/metrics", metricsHandler) // GET: never touched by idem
 	}
+	if adminToken != "" {
+		// Sensitive: evicting a key lets the next duplicate run. Keep it
+		// behind your own authentication; a bearer token stands in here.
+		r.Handle("/admin/idem", requireToken(adminToken, engine.AdminHandler()))
+	}
 
 	if err := app.Serve(ctx, flags.Addr, r); err != nil {
 		app.Fatal(err, false)
 	}
+}
+
+// requireToken lets through only requests with "Authorization: Bearer
+// token", compared in constant time.
+func requireToken(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func param(r *http.Request) orders.Param {

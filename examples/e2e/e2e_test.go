@@ -279,6 +279,30 @@ func checkOrders(t *testing.T, p *proc) {
 	}
 }
 
+// TestAdminHandler inspects a record through the chi example's admin
+// endpoint, evicts it, and sees the next retry run again.
+func TestAdminHandler(t *testing.T) {
+	p := start(t, "chi", "-admin-token", "s3cret")
+	order := `{"item":"book","quantity":1}`
+	first := call(t, "POST", p.url+"/orders", "adm-1", order)
+	admin := p.url + "/admin/idem?method=POST&route=/orders&key=adm-1"
+	if r := call(t, "GET", admin, "", ""); r.code != 401 {
+		t.Errorf("admin without the token: %d", r.code)
+	}
+	auth := []string{"Authorization", "Bearer s3cret"}
+	r := call(t, "GET", admin, "", "", auth...)
+	if r.code != 200 || !strings.Contains(r.body, `"state":"completed"`) || !strings.Contains(r.body, `"status":201`) || strings.Contains(r.body, "book") {
+		t.Fatalf("inspect: %d %s", r.code, r.body)
+	}
+	if r := call(t, "DELETE", admin, "", "", auth...); r.code != 200 || !strings.Contains(r.body, `"deleted":true`) {
+		t.Fatalf("evict: %d %s", r.code, r.body)
+	}
+	again := call(t, "POST", p.url+"/orders", "adm-1", order)
+	if again.replayed() || again.code != 201 || again.header.Get("Location") == first.header.Get("Location") {
+		t.Errorf("after eviction the retry must run again: %d replayed=%v %s", again.code, again.replayed(), again.header.Get("Location"))
+	}
+}
+
 func TestLoadgen(t *testing.T) {
 	p := start(t, "chi")
 	for _, keys := range []string{"unique", "hot"} {
