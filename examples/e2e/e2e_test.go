@@ -413,6 +413,30 @@ func TestSharedStores(t *testing.T) {
 					}
 				}
 			})
+			t.Run("a waiter on another process is woken and replays", func(t *testing.T) {
+				args := append(storeArgs(t, store), "-on-conflict", "wait", "-wait-timeout", "20s")
+				a := start(t, "fixture", args...)
+				b := start(t, "fixture", args...)
+				first := make(chan result, 1)
+				go func() { first <- call(t, "POST", a.url+"/slow?ms=1500", "w", "") }()
+				deadline := time.Now().Add(10 * time.Second)
+				for counter(t, a) == 0 {
+					if time.Now().After(deadline) {
+						t.Fatal("the first request never reached the handler")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				r := call(t, "POST", b.url+"/slow?ms=1500", "w", "")
+				if r.code != 200 || !r.replayed() || r.body != "slept:1500" {
+					t.Errorf("waiter on the other process: %d replayed=%v %q", r.code, r.replayed(), r.body)
+				}
+				if f := <-first; f.code != 200 || f.replayed() {
+					t.Errorf("first: %d replayed=%v", f.code, f.replayed())
+				}
+				if n := counter(t, b); n != 0 {
+					t.Errorf("the waiter ran the handler %d times", n)
+				}
+			})
 			t.Run("a process killed mid-request blocks until its lease ends", func(t *testing.T) {
 				args := append(storeArgs(t, store), "-lease", "3s")
 				a := start(t, "fixture", args...)
