@@ -126,10 +126,14 @@ func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 // together with the method and the client's namespace. Adapters call Serve
 // once they know the template.
 //
-// Requests with a method the engine does not protect, and requests without
-// a key where the key is optional, go to next untouched. Otherwise the
-// request body is read (up to the cap) and replaced by an identical one,
-// and next runs only if this request takes the claim.
+// These requests go to next untouched, with w and r as given: a method the
+// engine does not protect; a route marked Skip; no key where the key is
+// optional; and a request whose w is, or wraps, the writer of a request
+// the engine already protects (middleware mounted twice: the outer policy
+// applies). Otherwise the request body is read (up to the cap) and replaced
+// by an identical one, and next runs only if this request takes the
+// claim, with a writer that buffers the response until it is stored or
+// released.
 func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
 	if p.compiled != nil {
 		if q, ok := p.compiled[routeKey{r.Method, route}]; ok {
