@@ -3,6 +3,7 @@ package idemgin_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -75,6 +76,11 @@ func TestErrorsRenderedOutside(t *testing.T) {
 			_ = c.AbortWithError(http.StatusUnprocessableEntity, errStock)
 			c.Header("X-Reason", "too late") // no effect, as with Gin
 		}, 422, `{"error":"out of stock"}`, "stock"},
+		// A render that fails (c.JSON sets 200, then Marshal fails and
+		// Gin records the error and aborts): the renderer's page, as
+		// without the middleware, never a stored empty 200.
+		{"failed render", renderErrors, func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"x": math.NaN()}) },
+			500, `{"errors":["json: unsupported value: NaN"]}`, ""},
 		// AbortWithError and a renderer that leaves written responses
 		// alone: the bare status, as without the middleware.
 		{"AbortWithError, bare", renderErrors, func(c *gin.Context) {

@@ -138,7 +138,7 @@ func (b *writer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.w = w
 	c.Writer = b
 	c.Next()
-	if !b.sent && len(c.Errors) > 0 && (!b.set || b.status >= http.StatusBadRequest) {
+	if !b.sent && len(c.Errors) > 0 && (!b.set || b.status >= http.StatusBadRequest || c.IsAborted()) {
 		// No body, no success status, and errors: the page is for the
 		// middleware outside to render.
 		b.left = true
