@@ -35,10 +35,7 @@ func main() {
 		fs.StringVar(&adminToken, "admin-token", "", "serve idem's admin handler on /admin/idem to requests with \"Authorization: Bearer TOKEN\" (default: off)")
 	})
 	ctx := context.Background()
-	store, closeStore, err := flags.Store.Open(ctx)
-	if err != nil {
-		app.Fatal(err, false)
-	}
+	store, closeStore := flags.Store.MustOpen(ctx)
 	defer closeStore()
 
 	r := chi.NewRouter()

@@ -20,10 +20,7 @@ import (
 func main() {
 	flags := app.ParseOrders("gin", nil)
 	ctx := context.Background()
-	store, closeStore, err := flags.Store.Open(ctx)
-	if err != nil {
-		app.Fatal(err, false)
-	}
+	store, closeStore := flags.Store.MustOpen(ctx)
 	defer closeStore()
 	engine, err := idem.New(store)
 	if err != nil {

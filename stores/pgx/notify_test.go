@@ -244,15 +244,7 @@ func TestCloseStopsListener(t *testing.T) {
 // Watch, and the watch is woken when the listener comes up.
 func TestWatchDoesNotWaitForListener(t *testing.T) {
 	requirePostgres(t)
-	defer func(b time.Duration) { listenerBackoff = b }(listenerBackoff)
-	listenerBackoff = 20 * time.Millisecond
-	px := newProxy(t)
-	direct := newStore(t, nil) // creates and drops the table
-	s, err := New(poolAt(t, px.Addr()), WithTable(direct.Table()), WithLogger(quietLog))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	px, s, direct := proxiedStore(t)
 	ctx := t.Context()
 	scope := claimAt("", "", "", t0, 0).Scope
 	px.Set(conformance.ProxyDown)

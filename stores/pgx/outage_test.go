@@ -102,20 +102,30 @@ func newProxy(t *testing.T) *conformance.Proxy {
 	return conformance.NewProxy(t, u.Host)
 }
 
+// proxiedStore returns a store whose pool and listener reach PostgreSQL
+// through a proxy the test can cut, with a fast listener backoff; the
+// table is created and dropped by direct, a store on the test pool.
+func proxiedStore(t *testing.T) (px *conformance.Proxy, proxied, direct *Store) {
+	t.Helper()
+	b := listenerBackoff
+	listenerBackoff = 20 * time.Millisecond
+	t.Cleanup(func() { listenerBackoff = b })
+	px = newProxy(t)
+	direct = newStore(t, nil) // creates and drops the table
+	proxied, err := New(poolAt(t, px.Addr()), WithTable(direct.Table()), WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxied.Close() })
+	return px, proxied, direct
+}
+
 // The server goes away and comes back: calls fail within their deadline
 // meanwhile, and the store works again by itself afterwards (the pool
 // drops broken connections, the listener reconnects and wakes watchers).
 func TestOutageRecovery(t *testing.T) {
 	requirePostgres(t)
-	defer func(b time.Duration) { listenerBackoff = b }(listenerBackoff)
-	listenerBackoff = 20 * time.Millisecond
-	px := newProxy(t)
-	direct := newStore(t, nil) // creates and drops the table
-	s, err := New(poolAt(t, px.Addr()), WithTable(direct.Table()), WithLogger(quietLog))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	px, s, direct := proxiedStore(t)
 	ctx := t.Context()
 	scope := claimAt("", "", "", t0, 0).Scope
 	if res, err := s.Claim(ctx, claimAt("a", "fp", "t", t0, time.Minute)); err != nil || !res.Acquired {

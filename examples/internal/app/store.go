@@ -84,6 +84,16 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 	return nil, nil, f.Validate()
 }
 
+// MustOpen is Open for main: it exits with a message when the store cannot
+// be opened.
+func (f *StoreFlags) MustOpen(ctx context.Context) (idem.Store, func()) {
+	s, closeStore, err := f.Open(ctx)
+	if err != nil {
+		Fatal(err, false)
+	}
+	return s, closeStore
+}
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
