@@ -303,8 +303,8 @@ func (x *run) existing(rec *Record) {
 		return
 	}
 	if rec.State == StateCompleted {
-		if err := validResponse(rec.Response); err != nil {
-			x.storeFailure(fmt.Errorf("idem: %T returned a corrupt record: %w", e.store, err))
+		if err := rec.Check(); err != nil {
+			x.storeFailure(fmt.Errorf("idem: %T returned a record it cannot have written: %w", e.store, err))
 			return
 		}
 		x.ev.Outcome, x.ev.Status = OutcomeReplayed, rec.Response.Status
@@ -385,7 +385,7 @@ func (x *run) wait(rec *Record) {
 			x.conflict(OutcomeWaitTimeout, rec)
 		case res.Acquired:
 			x.execute()
-		case res.Existing.Fingerprint != x.fp || validResponse(res.Existing.Response) != nil:
+		case res.Existing.Fingerprint != x.fp || res.Existing.Check() != nil:
 			x.existing(res.Existing)
 		default:
 			x.ev.Outcome, x.ev.Status = OutcomeReplayedAfterWait, res.Existing.Response.Status
@@ -491,7 +491,7 @@ func (x *run) settle(c *capture, omitted bool) bool {
 	// With a transaction, Commit's own token check decides a lost claim.
 	lost := x.lost.Load() && c.tx == nil
 	switch {
-	case c.status < 200 || c.status > 599 || e.cfg.release(c.status):
+	case c.status < MinStatus || c.status > MaxStatus || e.cfg.release(c.status):
 		// Statuses outside 200..599 (a 101 without a hijack, a 7xx)
 		// cannot be replayed: never stored.
 		if c.tx != nil {
@@ -699,17 +699,6 @@ func (e *Engine) replay(w http.ResponseWriter, resp *Response) {
 	if len(resp.Body) > 0 && bodyAllowed(resp.Status) {
 		_, _ = w.Write(resp.Body)
 	}
-}
-
-// validResponse reports why a stored response cannot be replayed.
-func validResponse(r *Response) error {
-	switch {
-	case r == nil:
-		return errors.New("a completed record without a response")
-	case r.Status < 200 || r.Status > 599:
-		return fmt.Errorf("stored status %d is not 200 to 599", r.Status)
-	}
-	return nil
 }
 
 // nested reports whether w is, or wraps, the writer of a request this

@@ -35,7 +35,7 @@ func (s *testStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
 	defer s.mu.Unlock()
 	s.calls["claim"]++
 	k := [2]string{c.Scope, c.Key}
-	if r, ok := s.recs[k]; ok && c.Now.Before(r.ExpiresAt) && (r.State == StateCompleted || c.Now.Before(r.LeaseEnd)) {
+	if r, ok := s.recs[k]; ok && !r.Takeable(c.Now) {
 		cp := r.Record
 		return ClaimResult{Existing: &cp}, nil
 	}

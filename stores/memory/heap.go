@@ -14,7 +14,7 @@ func (h expiryHeap) min() *entry {
 	return h[0]
 }
 
-func (h expiryHeap) less(i, j int) bool { return h[i].expiresAt.Before(h[j].expiresAt) }
+func (h expiryHeap) less(i, j int) bool { return h[i].ExpiresAt.Before(h[j].ExpiresAt) }
 
 func (h expiryHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	idem "github.com/idemkit/idem/core"
 )
 
 // TestHeapInvariant runs random pushes, fixes and removals and checks the
@@ -16,10 +18,10 @@ func TestHeapInvariant(t *testing.T) {
 	for step := range 5000 {
 		switch op := r.IntN(3); {
 		case op == 0 || len(h) == 0:
-			h.push(&entry{expiresAt: randTime()})
+			h.push(&entry{Record: idem.Record{ExpiresAt: randTime()}})
 		case op == 1:
 			i := r.IntN(len(h))
-			h[i].expiresAt = randTime()
+			h[i].ExpiresAt = randTime()
 			h.fix(i)
 		default:
 			e := h[r.IntN(len(h))]

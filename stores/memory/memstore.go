@@ -121,41 +121,15 @@ type recordKey struct {
 // entry is one stored record. Strings are shared with the callers that
 // provided them, which is safe since strings are immutable.
 type entry struct {
+	idem.Record // its Response is immutable once set
 	k           recordKey
-	fingerprint string
 	token       string // empty once completed
-	state       idem.State
-	resp        *idem.Response // immutable once set
-	createdAt   time.Time
-	leaseEnd    time.Time
-	expiresAt   time.Time
-	index       int // position in the heap of its state (Store.heapOf)
-}
-
-// record returns a copy of the entry as an idem.Record.
-func (e *entry) record() idem.Record {
-	return idem.Record{
-		Fingerprint: e.fingerprint,
-		State:       e.state,
-		Response:    e.resp,
-		CreatedAt:   e.createdAt,
-		LeaseEnd:    e.leaseEnd,
-		ExpiresAt:   e.expiresAt,
-	}
-}
-
-// blocks reports whether the entry refuses a claim at now: it has not
-// expired, and if it is in progress, its lease has not ended.
-func (e *entry) blocks(now time.Time) bool {
-	if !now.Before(e.expiresAt) {
-		return false
-	}
-	return e.state != idem.StateInProgress || now.Before(e.leaseEnd)
+	index       int    // position in the heap of its state (Store.heapOf)
 }
 
 // holds reports whether the entry is an in-progress claim with token.
 func (e *entry) holds(token string) bool {
-	return e.state == idem.StateInProgress && e.token == token
+	return e.State == idem.StateInProgress && e.token == token
 }
 
 // New returns an empty Store. Unless sweeping is disabled with
@@ -243,10 +217,10 @@ func (s *Store) removeExpired(now time.Time, limit int) int {
 // it has expired at now, or nil. s.mu must be held.
 func (s *Store) firstExpired(now time.Time) *entry {
 	e, d := s.running.min(), s.done.min()
-	if e == nil || (d != nil && d.expiresAt.Before(e.expiresAt)) {
+	if e == nil || (d != nil && d.ExpiresAt.Before(e.ExpiresAt)) {
 		e = d
 	}
-	if e == nil || now.Before(e.expiresAt) {
+	if e == nil || now.Before(e.ExpiresAt) {
 		return nil
 	}
 	return e
@@ -287,24 +261,24 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.entries[k]; ok {
-		if e.blocks(c.Now) {
-			rec := e.record()
+		if !e.Takeable(c.Now) {
+			rec := e.Record
 			return idem.ClaimResult{Existing: &rec}, nil
 		}
 		// Take over the expired record or abandoned claim in place. Its
 		// waiters stay: they wait for this key to settle, and the new
 		// claim's completion or release wakes them.
-		wasRunning := e.state == idem.StateInProgress
+		wasRunning := e.State == idem.StateInProgress
 		if !wasRunning {
 			s.done.remove(e.index)
 		}
-		e.fingerprint = c.Fingerprint
+		e.Fingerprint = c.Fingerprint
 		e.token = c.Token
-		e.state = idem.StateInProgress
-		e.resp = nil
-		e.createdAt = c.Now
-		e.leaseEnd = c.LeaseEnd
-		e.expiresAt = c.LeaseEnd
+		e.State = idem.StateInProgress
+		e.Response = nil
+		e.CreatedAt = c.Now
+		e.LeaseEnd = c.LeaseEnd
+		e.ExpiresAt = c.LeaseEnd
 		if wasRunning {
 			s.running.fix(e.index)
 		} else {
@@ -320,13 +294,15 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		s.remove(v)
 	}
 	e := &entry{
-		k:           k,
-		fingerprint: c.Fingerprint,
-		token:       c.Token,
-		state:       idem.StateInProgress,
-		createdAt:   c.Now,
-		leaseEnd:    c.LeaseEnd,
-		expiresAt:   c.LeaseEnd,
+		Record: idem.Record{
+			Fingerprint: c.Fingerprint,
+			State:       idem.StateInProgress,
+			CreatedAt:   c.Now,
+			LeaseEnd:    c.LeaseEnd,
+			ExpiresAt:   c.LeaseEnd,
+		},
+		k:     k,
+		token: c.Token,
 	}
 	s.entries[k] = e
 	s.running.push(e)
@@ -348,15 +324,15 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[k]
-	if !ok || !e.holds(token) || !now.Before(e.leaseEnd) {
+	if !ok || !e.holds(token) || !now.Before(e.LeaseEnd) {
 		return idem.ErrLeaseLost
 	}
 	s.running.remove(e.index)
-	e.state = idem.StateCompleted
+	e.State = idem.StateCompleted
 	e.token = ""
-	e.resp = stored
-	e.leaseEnd = time.Time{}
-	e.expiresAt = expiresAt
+	e.Response = stored
+	e.LeaseEnd = time.Time{}
+	e.ExpiresAt = expiresAt
 	s.done.push(e)
 	s.notify(k)
 	return nil
@@ -388,10 +364,10 @@ func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[recordKey{scope, key}]
-	if !ok || !now.Before(e.expiresAt) {
+	if !ok || !now.Before(e.ExpiresAt) {
 		return idem.Record{}, false, nil
 	}
-	return e.record(), true, nil
+	return e.Record, true, nil
 }
 
 // Delete removes the record for (scope, key) whatever its state, and
@@ -432,11 +408,11 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[recordKey{scope, key}]
-	if !ok || !e.holds(token) || !now.Before(e.leaseEnd) {
+	if !ok || !e.holds(token) || !now.Before(e.LeaseEnd) {
 		return idem.ErrLeaseLost
 	}
-	e.leaseEnd = leaseEnd
-	e.expiresAt = leaseEnd
+	e.LeaseEnd = leaseEnd
+	e.ExpiresAt = leaseEnd
 	s.running.fix(e.index)
 	return nil
 }
@@ -486,7 +462,7 @@ func (s *Store) remove(e *entry) {
 
 // heapOf returns the heap that holds e, which its state decides.
 func (s *Store) heapOf(e *entry) *expiryHeap {
-	if e.state == idem.StateInProgress {
+	if e.State == idem.StateInProgress {
 		return &s.running
 	}
 	return &s.done

@@ -33,10 +33,10 @@ func checkStore(t *testing.T, s *Store, step int) {
 				t.Fatalf("step %d: %s[%d] (%q) is not the map's entry", step, name, i, e.k.key)
 			}
 			if got := s.heapOf(e); len(*got) <= i || (*got)[i] != e {
-				t.Fatalf("step %d: %q (state %v) is in the %s heap", step, e.k.key, e.state, name)
+				t.Fatalf("step %d: %q (state %v) is in the %s heap", step, e.k.key, e.State, name)
 			}
-			if e.state == idem.StateInProgress && !e.expiresAt.Equal(e.leaseEnd) {
-				t.Fatalf("step %d: in-progress %q expires at %v, its lease ends at %v", step, e.k.key, e.expiresAt, e.leaseEnd)
+			if e.State == idem.StateInProgress && !e.ExpiresAt.Equal(e.LeaseEnd) {
+				t.Fatalf("step %d: in-progress %q expires at %v, its lease ends at %v", step, e.k.key, e.ExpiresAt, e.LeaseEnd)
 			}
 			if i > 0 && h.less(i, (i-1)/2) {
 				t.Fatalf("step %d: %s[%d] expires before its parent", step, name, i)
@@ -107,8 +107,8 @@ func TestRandomOperations(t *testing.T) {
 				after := snapshot(s)
 				for k, e := range before {
 					_, kept := after[k]
-					if expired := !now.Before(e.expiresAt); kept == expired {
-						t.Fatalf("step %d: DeleteExpired: %q (expires %v, now %v) kept = %t", step, k.key, e.expiresAt, now, kept)
+					if expired := !now.Before(e.ExpiresAt); kept == expired {
+						t.Fatalf("step %d: DeleteExpired: %q (expires %v, now %v) kept = %t", step, k.key, e.ExpiresAt, now, kept)
 					}
 				}
 				if n != len(before)-len(after) {
@@ -128,7 +128,7 @@ func checkClaim(t *testing.T, step int, key string, now time.Time, before, after
 	old, had := before[k]
 	if had {
 		// An existing key never evicts anything.
-		if err != nil || res.Acquired == old.blocks(now) || len(after) != len(before) {
+		if err != nil || res.Acquired == !old.Takeable(now) || len(after) != len(before) {
 			t.Fatalf("step %d: claim on existing %q: %+v, %v; %d entries before, %d after", step, key, res, err, len(before), len(after))
 		}
 		return
@@ -137,16 +137,16 @@ func checkClaim(t *testing.T, step int, key string, now time.Time, before, after
 	var victim *entry
 	var expired, completed []entry
 	for _, e := range before {
-		if !now.Before(e.expiresAt) {
+		if !now.Before(e.ExpiresAt) {
 			expired = append(expired, e)
-		} else if e.state == idem.StateCompleted {
+		} else if e.State == idem.StateCompleted {
 			completed = append(completed, e)
 		}
 	}
 	earliest := func(es []entry) *entry {
 		var m *entry
 		for i := range es {
-			if m == nil || es[i].expiresAt.Before(m.expiresAt) {
+			if m == nil || es[i].ExpiresAt.Before(m.ExpiresAt) {
 				m = &es[i]
 			}
 		}
@@ -178,13 +178,13 @@ func checkClaim(t *testing.T, step int, key string, now time.Time, before, after
 		t.Fatalf("step %d: a claim on a full store evicted %d records, want 1", step, len(gone))
 	case full:
 		g := gone[0]
-		if g.state == idem.StateInProgress && now.Before(g.leaseEnd) {
-			t.Fatalf("step %d: evicted the live claim %q (lease ends %v, now %v)", step, g.k.key, g.leaseEnd, now)
+		if g.State == idem.StateInProgress && now.Before(g.LeaseEnd) {
+			t.Fatalf("step %d: evicted the live claim %q (lease ends %v, now %v)", step, g.k.key, g.LeaseEnd, now)
 		}
 		// Ties on expiresAt may go either way.
-		if !g.expiresAt.Equal(victim.expiresAt) || (now.Before(g.expiresAt) != now.Before(victim.expiresAt)) {
+		if !g.ExpiresAt.Equal(victim.ExpiresAt) || (now.Before(g.ExpiresAt) != now.Before(victim.ExpiresAt)) {
 			t.Fatalf("step %d: evicted %q (%v, expires %v), want %q (%v, expires %v) at %v",
-				step, g.k.key, g.state, g.expiresAt, victim.k.key, victim.state, victim.expiresAt, now)
+				step, g.k.key, g.State, g.ExpiresAt, victim.k.key, victim.State, victim.ExpiresAt, now)
 		}
 	}
 }

@@ -29,13 +29,6 @@ var (
 	// ErrTxManaged is returned when a handler calls Commit on the
 	// transaction it got from Tx: the engine commits it with the record.
 	ErrTxManaged = errors.New("pgxstore: the transaction is committed by the idempotency engine, not the handler")
-	// ErrCorruptRecord is wrapped by the error Claim or Get returns when a
-	// row cannot be a record this package wrote: a state other than 1 (in
-	// progress) or 2 (completed), an in-progress row without a lease end,
-	// a completed row whose status is NULL or outside 200 to 599, or a
-	// malformed headers column. Something other than this package changed
-	// the table; the engine answers 503 rather than replay it.
-	ErrCorruptRecord = errors.New("pgxstore: corrupt record")
 )
 
 // maxClaimAttempts bounds how often Claim re-runs its statement after
@@ -237,12 +230,14 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		if acquired {
 			return idem.ClaimResult{Acquired: true}, nil
 		}
-		if found && !r.takeable(now) {
+		if found {
 			rec, err := r.record()
 			if err != nil {
-				return idem.ClaimResult{}, fmt.Errorf("%w (claim, key %q)", err, c.Key)
+				return idem.ClaimResult{}, fmt.Errorf("pgxstore: claim, key %q: %w", c.Key, err)
 			}
-			return idem.ClaimResult{Existing: &rec}, nil
+			if !rec.Takeable(now) {
+				return idem.ClaimResult{Existing: &rec}, nil
+			}
 		}
 		// Lost a race: a concurrent writer inserted the row after this
 		// statement's snapshot, or took over or deleted the expired row the
@@ -265,7 +260,11 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 }
 
 func (s *Store) complete(ctx context.Context, db DB, scope, key, token string, resp idem.Response, now, expiresAt time.Time) (int64, error) {
-	args := []any{[]byte(scope), key, []byte(token), resp.Status, encodeHeader(resp.Header), resp.Body,
+	var header []byte // NULL for a nil header
+	if resp.Header != nil {
+		header = idem.AppendHeader(nil, resp.Header)
+	}
+	args := []any{[]byte(scope), key, []byte(token), resp.Status, header, resp.Body,
 		resp.BodyOmitted, floorMicro(now), ceilMicro(expiresAt)}
 	if s.cfg.notify {
 		return queryCount(ctx, db, s.q.completeNotify, append(args, s.channel, payload(scope, key))...)
@@ -309,7 +308,7 @@ func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem
 	}
 	rec, err := r.record()
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("%w (get, key %q)", err, key)
+		return idem.Record{}, false, fmt.Errorf("pgxstore: get, key %q: %w", key, err)
 	}
 	return rec, true, nil
 }
@@ -481,59 +480,38 @@ type rawRecord struct {
 	expiresAt   pgtype.Timestamptz
 }
 
-// takeable mirrors the claim statement's takeover condition.
-func (r *rawRecord) takeable(now time.Time) bool {
-	if !now.Before(r.expiresAt.Time) {
-		return true
-	}
-	return r.state.Int16 == int16(idem.StateInProgress) && r.leaseEnd.Valid && !now.Before(r.leaseEnd.Time)
-}
-
 // record converts a row to a record, checking that it is one this package
 // can have written; otherwise it returns an error wrapping
-// ErrCorruptRecord.
+// idem.ErrCorruptRecord (a NULL where a value must be, a state other than
+// 1 or 2, a status outside 200 to 599, a malformed headers column).
 func (r *rawRecord) record() (idem.Record, error) {
-	if !r.state.Valid || (r.state.Int16 != int16(idem.StateInProgress) && r.state.Int16 != int16(idem.StateCompleted)) {
-		return idem.Record{}, fmt.Errorf("%w: state %s is neither 1 (in progress) nor 2 (completed)", ErrCorruptRecord, nullable(r.state.Int16, r.state.Valid))
-	}
-	if !r.createdAt.Valid || !r.expiresAt.Valid {
-		return idem.Record{}, fmt.Errorf("%w: created_at or expires_at is NULL", ErrCorruptRecord)
+	if !r.state.Valid || !r.createdAt.Valid || !r.expiresAt.Valid {
+		return idem.Record{}, fmt.Errorf("%w: state, created_at or expires_at is NULL", idem.ErrCorruptRecord)
 	}
 	rec := idem.Record{
 		Fingerprint: string(r.fingerprint),
 		State:       idem.State(r.state.Int16),
 		CreatedAt:   r.createdAt.Time,
+		LeaseEnd:    r.leaseEnd.Time, // zero when NULL
 		ExpiresAt:   r.expiresAt.Time,
 	}
-	if r.leaseEnd.Valid {
-		rec.LeaseEnd = r.leaseEnd.Time
-	} else if rec.State == idem.StateInProgress {
-		return idem.Record{}, fmt.Errorf("%w: in progress without a lease end", ErrCorruptRecord)
+	if r.state.Int16 != int16(rec.State) {
+		return idem.Record{}, fmt.Errorf("%w: state %d", idem.ErrCorruptRecord, r.state.Int16)
 	}
 	if rec.State == idem.StateCompleted {
-		if !r.status.Valid || r.status.Int32 < 200 || r.status.Int32 > 599 {
-			return idem.Record{}, fmt.Errorf("%w: completed with status %s, not 200 to 599", ErrCorruptRecord, nullable(r.status.Int32, r.status.Valid))
+		if !r.status.Valid {
+			return idem.Record{}, fmt.Errorf("%w: completed with a NULL status", idem.ErrCorruptRecord)
 		}
-		h, err := decodeHeader(r.headers)
-		if err != nil {
-			return idem.Record{}, fmt.Errorf("%w: %w", ErrCorruptRecord, err)
-		}
-		rec.Response = &idem.Response{
-			Status:      int(r.status.Int32),
-			Header:      h,
-			Body:        r.body,
-			BodyOmitted: r.bodyOmitted.Bool,
+		rec.Response = &idem.Response{Status: int(r.status.Int32), Body: r.body, BodyOmitted: r.bodyOmitted.Bool}
+		if r.headers != nil {
+			h, err := idem.ParseHeader(r.headers)
+			if err != nil {
+				return idem.Record{}, err
+			}
+			rec.Response.Header = h
 		}
 	}
-	return rec, nil
-}
-
-// nullable formats a column value for an error message.
-func nullable[T int16 | int32](v T, valid bool) string {
-	if !valid {
-		return "NULL"
-	}
-	return strconv.Itoa(int(v))
+	return rec, rec.Check()
 }
 
 // pool returns db as a *pgxpool.Pool when it is one.

@@ -246,10 +246,10 @@ func TestCorruptRecord(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := s.Claim(ctx, claimAt(c.Key, "fp", "other", t0.Add(time.Second), time.Minute))
-			if !errors.Is(err, ErrCorruptRecord) {
+			if !errors.Is(err, idem.ErrCorruptRecord) {
 				t.Errorf("claim = %v, want ErrCorruptRecord", err)
 			}
-			if _, _, err := s.Get(ctx, c.Scope, c.Key, t0.Add(time.Second)); !errors.Is(err, ErrCorruptRecord) {
+			if _, _, err := s.Get(ctx, c.Scope, c.Key, t0.Add(time.Second)); !errors.Is(err, idem.ErrCorruptRecord) {
 				t.Errorf("get = %v, want ErrCorruptRecord", err)
 			}
 			t.Log(err)

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -57,7 +55,7 @@ const idLen = 32
 //	              completed only, the response:
 //	                uvarint status
 //	                flags byte: flagOmitted, flagHeader, flagBody
-//	                with flagHeader: uvarint length, encodeHeader bytes
+//	                with flagHeader: uvarint length, idem.AppendHeader bytes
 //	                the body: every remaining byte
 //
 // Times are the engine's Unix nanoseconds with the sign bit flipped, as 20
@@ -165,7 +163,7 @@ func encodeResponseHead(resp *idem.Response) []byte {
 	}
 	if resp.Header != nil {
 		flags |= flagHeader
-		h = encodeHeader(resp.Header)
+		h = idem.AppendHeader(nil, resp.Header)
 	}
 	if resp.Body != nil {
 		flags |= flagBody
@@ -235,12 +233,6 @@ func chunk(s string) (string, string, bool) {
 	return rest[:n], rest[n:], true
 }
 
-// Status codes a completed record can hold, as the engine stores them.
-const (
-	minStatus = 200
-	maxStatus = 599
-)
-
 // completedLease and completedTokLen are what a completed record holds in
 // place of the lease end and the token length.
 const (
@@ -252,11 +244,11 @@ const (
 // accepts only what this package writes, in its one encoding: state 1 or 2;
 // for a completed record no lease end, no token, a status from 200 to 599
 // and known flags; no bytes after an in-progress record's fingerprint.
-// Callers wrap its errors in ErrCorruptRecord.
+// Its errors wrap idem.ErrCorruptRecord.
 func decodeRecord(v string) (idem.Record, error) {
 	var rec idem.Record
 	if len(v) < offToken {
-		return rec, fmt.Errorf("%d bytes, shorter than the header", len(v))
+		return rec, corrupt("%d bytes, shorter than the header", len(v))
 	}
 	switch v[0] {
 	case '1':
@@ -264,141 +256,68 @@ func decodeRecord(v string) (idem.Record, error) {
 	case '2':
 		rec.State = idem.StateCompleted
 	default:
-		return rec, fmt.Errorf("state byte %q", v[0])
+		return rec, corrupt("state byte %q", v[0])
 	}
 	var err error
 	if rec.ExpiresAt, err = parseTime(v[offExpires : offExpires+timeLen]); err != nil {
-		return rec, err
+		return rec, corrupt("%v", err)
 	}
 	if rec.CreatedAt, err = parseTime(v[offCreated : offCreated+timeLen]); err != nil {
-		return rec, err
+		return rec, corrupt("%v", err)
 	}
 	if rec.State == idem.StateInProgress {
 		if rec.LeaseEnd, err = parseTime(v[offLease : offLease+timeLen]); err != nil {
-			return rec, err
+			return rec, corrupt("%v", err)
 		}
 	} else if v[offLease:offLease+timeLen] != completedLease || v[offTokLen:offTokLen+tokLenLen] != completedTokLen {
-		return rec, errors.New("completed with a lease end or a token")
+		return rec, corrupt("completed with a lease end or a token")
 	}
 	n, err := strconv.ParseUint(v[offTokLen:offTokLen+tokLenLen], 10, 32)
 	if err != nil || offToken+int(n) > len(v) {
-		return rec, fmt.Errorf("bad token length %q", v[offTokLen:offTokLen+tokLenLen])
+		return rec, corrupt("bad token length %q", v[offTokLen:offTokLen+tokLenLen])
 	}
 	rest := v[offToken+int(n):]
 	var ok bool
 	if rec.Fingerprint, rest, ok = chunk(rest); !ok {
-		return rec, errors.New("bad fingerprint")
+		return rec, corrupt("bad fingerprint")
 	}
 	if rec.State == idem.StateInProgress {
 		if rest != "" {
-			return rec, errors.New("bytes after an in-progress record")
+			return rec, corrupt("bytes after an in-progress record")
 		}
-		return rec, nil
+		return rec, rec.Check()
 	}
 	resp := &idem.Response{}
 	status, rest, ok := uvarint(rest)
 	if !ok || len(rest) == 0 {
-		return rec, errors.New("bad response status")
+		return rec, corrupt("bad response status")
 	}
-	if status < minStatus || status > maxStatus {
-		return rec, fmt.Errorf("completed with status %d, not %d to %d", status, minStatus, maxStatus)
-	}
-	resp.Status = int(status)
+	resp.Status = int(min(status, math.MaxInt32)) // the range is checked below
 	flags := rest[0]
 	rest = rest[1:]
 	if flags&^(flagOmitted|flagHeader|flagBody) != 0 {
-		return rec, fmt.Errorf("unknown response flags %#x", flags)
+		return rec, corrupt("unknown response flags %#x", flags)
 	}
 	resp.BodyOmitted = flags&flagOmitted != 0
 	if flags&flagHeader != 0 {
 		var h string
 		if h, rest, ok = chunk(rest); !ok {
-			return rec, errBadHeader
+			return rec, corrupt("bad header length")
 		}
-		if resp.Header, err = decodeHeader(h); err != nil {
+		if resp.Header, err = idem.ParseHeader(h); err != nil {
 			return rec, err
 		}
 	}
 	if flags&flagBody != 0 {
 		resp.Body = []byte(rest)
 	} else if rest != "" {
-		return rec, errors.New("bytes after a nil body")
+		return rec, corrupt("bytes after a nil body")
 	}
 	rec.Response = resp
-	return rec, nil
+	return rec, rec.Check()
 }
 
-// Header encoding: a version byte (1), then the number of names, then for
-// each name in sorted order its length and bytes, the number of values and
-// each value's length and bytes. Lengths and counts are unsigned varints.
-// Names and values are kept byte for byte, including empty values, values
-// that are not UTF-8, and names with no values.
-const headerFormat = 1
-
-func encodeHeader(h http.Header) []byte {
-	size := 1 + binary.MaxVarintLen64
-	names := make([]string, 0, len(h))
-	for name, vals := range h {
-		names = append(names, name)
-		size += 2*binary.MaxVarintLen64 + len(name)
-		for _, v := range vals {
-			size += binary.MaxVarintLen64 + len(v)
-		}
-	}
-	slices.Sort(names)
-	b := make([]byte, 0, size)
-	b = append(b, headerFormat)
-	b = binary.AppendUvarint(b, uint64(len(names)))
-	for _, name := range names {
-		vals := h[name]
-		b = binary.AppendUvarint(b, uint64(len(name)))
-		b = append(b, name...)
-		b = binary.AppendUvarint(b, uint64(len(vals)))
-		for _, v := range vals {
-			b = binary.AppendUvarint(b, uint64(len(v)))
-			b = append(b, v...)
-		}
-	}
-	return b
-}
-
-var errBadHeader = errors.New("malformed header encoding")
-
-func decodeHeader(s string) (http.Header, error) {
-	if len(s) == 0 || s[0] != headerFormat {
-		return nil, errBadHeader
-	}
-	p := s[1:]
-	count, p, ok := uvarint(p)
-	if !ok || count > uint64(len(p)) {
-		return nil, errBadHeader
-	}
-	h := make(http.Header, count)
-	prev := ""
-	for i := range count {
-		var name string
-		if name, p, ok = chunk(p); !ok {
-			return nil, errBadHeader
-		}
-		if i > 0 && name <= prev {
-			// Names are written sorted and once each.
-			return nil, errBadHeader
-		}
-		prev = name
-		var nv uint64
-		if nv, p, ok = uvarint(p); !ok || nv > uint64(len(p)) {
-			return nil, errBadHeader
-		}
-		vals := make([]string, nv)
-		for i := range vals {
-			if vals[i], p, ok = chunk(p); !ok {
-				return nil, errBadHeader
-			}
-		}
-		h[name] = vals
-	}
-	if len(p) != 0 {
-		return nil, errBadHeader
-	}
-	return h, nil
+// corrupt returns an error wrapping idem.ErrCorruptRecord.
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{idem.ErrCorruptRecord}, args...)...)
 }

@@ -535,12 +535,12 @@ func TestCorruptRecord(t *testing.T) {
 			for _, script := range []bool{false, true} {
 				s.scriptClaims = script
 				_, err := s.Claim(ctx, idem.Claim{Scope: "scope", Key: name, Fingerprint: "fp", Token: "t", Now: now, LeaseEnd: now.Add(time.Minute)})
-				if !errors.Is(err, ErrCorruptRecord) {
+				if !errors.Is(err, idem.ErrCorruptRecord) {
 					t.Errorf("Claim (script %v) = %v, want ErrCorruptRecord", script, err)
 				}
 			}
 			s.scriptClaims = false
-			if _, _, err := s.Get(ctx, "scope", name, now); !errors.Is(err, ErrCorruptRecord) {
+			if _, _, err := s.Get(ctx, "scope", name, now); !errors.Is(err, idem.ErrCorruptRecord) {
 				t.Errorf("Get = %v, want ErrCorruptRecord", err)
 			}
 		})

@@ -19,13 +19,6 @@ var (
 	ErrInvalidOption = errors.New("redisstore: invalid option")
 	// ErrClosed is returned by Watch after Close.
 	ErrClosed = errors.New("redisstore: store closed")
-	// ErrCorruptRecord is wrapped by the error a method returns when a
-	// record in Redis is not one this package can have written, for
-	// example because something else wrote to its key: it cannot be
-	// decoded, its state is neither in progress nor completed, or it is
-	// completed with a status outside 200 to 599. The engine answers 503
-	// rather than replay it.
-	ErrCorruptRecord = errors.New("redisstore: corrupt record")
 )
 
 // DefaultPrefix is the key prefix used when WithPrefix is not given.
@@ -186,9 +179,9 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 	}
 	existing, err := decodeRecord(v)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("%w (claim, key %s): %v", ErrCorruptRecord, k, err)
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim, key %s: %w", k, err)
 	}
-	if blocks(&existing, c.Now) {
+	if !existing.Takeable(c.Now) {
 		return idem.ClaimResult{Existing: &existing}, nil
 	}
 	return s.claimByScript(ctx, k, now, rec, ttl)
@@ -209,17 +202,11 @@ func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64
 	case string:
 		existing, err := decodeRecord(r)
 		if err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("%w (claim, key %s): %v", ErrCorruptRecord, k, err)
+			return idem.ClaimResult{}, fmt.Errorf("redisstore: claim, key %s: %w", k, err)
 		}
 		return idem.ClaimResult{Existing: &existing}, nil
 	}
 	return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: unexpected reply %T from the claim script", r)
-}
-
-// blocks reports whether rec keeps a claim at now from being taken: the
-// Go twin of the claim script's test.
-func blocks(rec *idem.Record, now time.Time) bool {
-	return now.Before(rec.ExpiresAt) && (rec.State == idem.StateCompleted || now.Before(rec.LeaseEnd))
 }
 
 // Complete implements idem.Store with one script call, which also notifies
@@ -287,7 +274,7 @@ func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem
 	}
 	rec, err := decodeRecord(v)
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("%w (get, key %s): %v", ErrCorruptRecord, k, err)
+		return idem.Record{}, false, fmt.Errorf("redisstore: get, key %s: %w", k, err)
 	}
 	if !now.Before(rec.ExpiresAt) {
 		return idem.Record{}, false, nil

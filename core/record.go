@@ -1,0 +1,183 @@
+package idem
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+)
+
+// This file holds what every store needs to keep records the same way:
+// the takeover rule, the status range, the header wire format and the
+// error for a record that cannot have been written by a store.
+
+// ErrCorruptRecord is wrapped by the error a store returns when a record it
+// reads back is not one a store can have written (a bad state, a status
+// outside MinStatus to MaxStatus, malformed headers). The engine answers
+// such a request 503 and never replays the record.
+var ErrCorruptRecord = errors.New("idem: corrupt record")
+
+// The status codes a stored response can hold. A 1xx cannot be replayed
+// and the engine never stores one; a code above 599 is not HTTP.
+const (
+	MinStatus = 200
+	MaxStatus = 599
+)
+
+// Takeable reports whether a claim at now takes the record over: it has
+// expired (now is at or past ExpiresAt), or it is in progress and its
+// lease has ended (now is at or past LeaseEnd). A store's Claim takes the
+// key exactly when there is no record or the record is takeable.
+func (r *Record) Takeable(now time.Time) bool {
+	if !now.Before(r.ExpiresAt) {
+		return true
+	}
+	return r.State == StateInProgress && !now.Before(r.LeaseEnd)
+}
+
+// Check reports, with an error wrapping ErrCorruptRecord, a record that no
+// store can have written: a state other than StateInProgress and
+// StateCompleted, no ExpiresAt, an in-progress record without a LeaseEnd,
+// or a completed one without a Response or with a status outside MinStatus
+// to MaxStatus. Stores call it on what they read back.
+func (r *Record) Check() error {
+	switch {
+	case r.State != StateInProgress && r.State != StateCompleted:
+		return fmt.Errorf("%w: state %d is neither in progress (1) nor completed (2)", ErrCorruptRecord, r.State)
+	case r.ExpiresAt.IsZero():
+		return fmt.Errorf("%w: no expiry time", ErrCorruptRecord)
+	case r.State == StateInProgress && r.LeaseEnd.IsZero():
+		return fmt.Errorf("%w: in progress without a lease end", ErrCorruptRecord)
+	case r.State == StateCompleted && r.Response == nil:
+		return fmt.Errorf("%w: completed without a response", ErrCorruptRecord)
+	case r.State == StateCompleted && (r.Response.Status < MinStatus || r.Response.Status > MaxStatus):
+		return fmt.Errorf("%w: completed with status %d, not %d to %d", ErrCorruptRecord, r.Response.Status, MinStatus, MaxStatus)
+	}
+	return nil
+}
+
+// The header wire format, for stores that keep a response's headers as
+// bytes (a Redis string, a bytea or BLOB column):
+//
+//	version byte 1
+//	uvarint  number of names
+//	per name, in sorted order: uvarint length, the name's bytes,
+//	          uvarint number of values, per value: uvarint length, bytes
+//
+// Names and values are kept byte for byte: empty values, bytes that are
+// not UTF-8 and names without values included. Varints are in their
+// shortest form. A nil and an empty header both encode as no names; a
+// store that must tell them apart keeps a flag (or a NULL) of its own.
+const headerFormat = 1
+
+// AppendHeader appends h in the header wire format to b. Names are written
+// sorted, so equal headers encode to equal bytes.
+//
+//	col := idem.AppendHeader(nil, resp.Header)
+func AppendHeader(b []byte, h http.Header) []byte {
+	size := 1 + binary.MaxVarintLen64
+	var scratch [16]string
+	names := scratch[:0]
+	for name, vals := range h {
+		names = append(names, name)
+		size += 2*binary.MaxVarintLen64 + len(name)
+		for _, v := range vals {
+			size += binary.MaxVarintLen64 + len(v)
+		}
+	}
+	slices.Sort(names)
+	b = slices.Grow(b, size)
+	b = append(b, headerFormat)
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, name := range names {
+		vals := h[name]
+		b = binary.AppendUvarint(b, uint64(len(name)))
+		b = append(b, name...)
+		b = binary.AppendUvarint(b, uint64(len(vals)))
+		for _, v := range vals {
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+// ParseHeader decodes the header wire format (see AppendHeader) from a
+// []byte or a string. It returns an error wrapping ErrCorruptRecord for
+// anything AppendHeader cannot have written, except that names are
+// accepted in any order (stores written before the format was shared did
+// not sort them); a name given twice is refused. A name without values
+// decodes to an empty, non-nil slice.
+func ParseHeader[B ~[]byte | ~string](b B) (http.Header, error) {
+	p := string(b) // one copy; every name and value is a substring of it
+	if len(p) == 0 || p[0] != headerFormat {
+		return nil, errHeader("unknown format version")
+	}
+	p = p[1:]
+	count, p, ok := uvarint(p)
+	if !ok || count > uint64(len(p)) {
+		return nil, errHeader("bad name count")
+	}
+	h := make(http.Header, count)
+	for range count {
+		var name string
+		if name, p, ok = chunk(p); !ok {
+			return nil, errHeader("bad name")
+		}
+		if _, dup := h[name]; dup {
+			return nil, errHeader(fmt.Sprintf("name %q given twice", name))
+		}
+		var nv uint64
+		if nv, p, ok = uvarint(p); !ok || nv > uint64(len(p)) {
+			return nil, errHeader("bad value count")
+		}
+		vals := make([]string, nv)
+		for i := range vals {
+			if vals[i], p, ok = chunk(p); !ok {
+				return nil, errHeader("bad value")
+			}
+		}
+		h[name] = vals
+	}
+	if len(p) != 0 {
+		return nil, errHeader("bytes after the last name")
+	}
+	return h, nil
+}
+
+func errHeader(why string) error {
+	return fmt.Errorf("%w: malformed headers: %s", ErrCorruptRecord, why)
+}
+
+// uvarint reads an unsigned varint in its shortest encoding from the front
+// of s.
+func uvarint(s string) (uint64, string, bool) {
+	var x uint64
+	var shift uint
+	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
+		c := s[i]
+		if c < 0x80 {
+			if i == binary.MaxVarintLen64-1 && c > 1 {
+				return 0, "", false // overflows 64 bits
+			}
+			if c == 0 && i > 0 {
+				return 0, "", false // overlong: a trailing zero group
+			}
+			return x | uint64(c)<<shift, s[i+1:], true
+		}
+		x |= uint64(c&0x7f) << shift
+		shift += 7
+	}
+	return 0, "", false
+}
+
+// chunk reads a uvarint length and that many bytes from the front of s.
+func chunk(s string) (string, string, bool) {
+	n, rest, ok := uvarint(s)
+	if !ok || n > uint64(len(rest)) {
+		return "", "", false
+	}
+	return rest[:n], rest[n:], true
+}
