@@ -88,7 +88,7 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		deleted, err := d.Delete(ctx, scope, key)
 		e.observeStore(ctx, StoreDelete, time.Since(t), err)
 		if err != nil {
-			e.writeProblem(w, problemStore, "Deleting the record failed: "+err.Error(), 1)
+			e.writeProblem(w, problemStore, "Deleting the record failed: "+err.Error(), e.retryAfterSecs(0))
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]bool{"deleted": deleted})
@@ -104,7 +104,7 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	rec, found, err := g.Get(ctx, scope, key, e.cfg.clock())
 	e.observeStore(ctx, StoreGet, time.Since(t), err)
 	if err != nil {
-		e.writeProblem(w, problemStore, "Looking the record up failed: "+err.Error(), 1)
+		e.writeProblem(w, problemStore, "Looking the record up failed: "+err.Error(), e.retryAfterSecs(0))
 		return
 	}
 	out := AdminRecord{Found: found, Namespace: ns, Method: method, Route: route}

@@ -12,4 +12,39 @@
 // that must be atomic. [Engine.Middleware] is a plain net/http middleware
 // that scopes keys by the ServeMux pattern; the adapters for Gin, Echo and
 // Chi wrap [Engine.Serve].
+//
+// # Recovery
+//
+// A fault costs seconds, not the lease. When the store implements
+// [Extender], the engine extends a running request's claim every third
+// of the lease (15 s by default): a handler of any length keeps its
+// claim, and a crashed instance's keys free within the lease. Each beat
+// is one Extend per request in flight; a handler shorter than a beat
+// costs none. Stores without Extender get a 5-minute lease.
+//
+// A 409 carries Retry-After: the hint of [WithRetryAfter] (1 s), never
+// more than the lease left. So does the 503 of a failing store.
+//
+// Store calls that must land after the client has its answer are retried
+// in the background, with full-jitter backoff capped at one second, so
+// they land within about a second of the store's return:
+//
+//   - A Complete that failed after the handler ran (the store timed out or
+//     was down): the client gets its response, the claim is kept alive
+//     with Extend, and a retry meanwhile gets 409 (or waits) and then the
+//     replay. It ends when the record lands ([OutcomeCompletedLate]), the
+//     claim is lost ([OutcomeCompletionLost]), [WithCompletionRetry]'s limit
+//     passes ([OutcomeCompletionExpired]) or it is dropped
+//     ([OutcomeCompletionDropped]).
+//   - A Release that failed (after a 5xx or a panic), and the release of a
+//     claim whose Claim call failed but may have landed (the client was
+//     told 503): retried until the claim's lease ends, then reported as
+//     [OutcomeReleaseFailed].
+//
+// Each case is reported to the Observer in an event of its own. The work
+// held is bounded by [WithMaxPendingBytes]; past it the oldest task is
+// dropped and its key frees at its lease end, as it would without the
+// retries. [Engine.Close] lands what is pending at shutdown. In
+// exactly-once mode a failed commit is not retried: the transaction is
+// gone, the key is released and the client gets 500.
 package idem

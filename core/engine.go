@@ -30,6 +30,7 @@ type Engine struct {
 	extender Extender
 	txb      TxBeginner
 	def      *Policy
+	bg       *background
 }
 
 // New returns an Engine that keeps its records in store. Every option
@@ -51,17 +52,30 @@ func New(store Store, opts ...Option) (*Engine, error) {
 	e.notifier, _ = store.(Notifier)
 	e.extender, _ = store.(Extender)
 	e.txb, _ = store.(TxBeginner)
-	if e.cfg.heartbeat > 0 {
-		if e.extender == nil {
-			return nil, badOption("heartbeat needs a store that implements idem.Extender; %T does not", store)
-		}
-		if e.cfg.heartbeat >= e.cfg.lease {
-			return nil, badOption("heartbeat interval %v must be shorter than the lease %v", e.cfg.heartbeat, e.cfg.lease)
+	c := &e.cfg
+	switch {
+	case !c.beatSet:
+		c.beat = e.extender != nil
+	case c.beat && e.extender == nil:
+		return nil, badOption("heartbeat needs a store that implements idem.Extender; %T does not", store)
+	}
+	if c.lease == 0 {
+		c.lease = DefaultLeaseNoBeat
+		if c.beat {
+			c.lease = DefaultLease
 		}
 	}
+	if c.heartbeat > 0 && c.heartbeat >= c.lease {
+		return nil, badOption("heartbeat interval %v must be shorter than the lease %v", c.heartbeat, c.lease)
+	}
+	e.bg = newBackground(e)
 	e.def = e.Policy()
 	return e, nil
 }
+
+// Lease returns the lease the engine gives claims, its default resolved
+// for the store (see WithLease); a route's lease is at most its retention.
+func (e *Engine) Lease() time.Duration { return e.cfg.lease }
 
 // Store returns the engine's store.
 func (e *Engine) Store() Store { return e.store }
@@ -201,7 +215,7 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	if err != nil {
 		// The claim may have landed even though its answer did not (a
 		// timeout): release it, token-checked, so it blocks nobody.
-		go e.releaseOrphan(x.r.Context(), x.scope, x.key, x.token)
+		x.releaseLater()
 		x.storeFailure(err)
 		return
 	}
@@ -224,11 +238,18 @@ type run struct {
 	fp    string
 	token string
 	now   time.Time // the clock at the last claim
-	ev    Event
-	lost  atomic.Bool // the heartbeat found the claim lost
-	body  bodyReader  // the request body handed to the handler
-	cw    capture     // the response writer handed to the handler
-	cl    [1]string   // Content-Length of the buffered response
+	lease time.Duration
+	// leaseEnd is the claim's lease end as last set (claim, heartbeat),
+	// in Unix nanoseconds on the engine's clock.
+	leaseEnd atomic.Int64
+	// pending is the background completion of a streamed response whose
+	// Complete failed, started once the handler returns.
+	pending *task
+	ev      Event
+	lost    atomic.Bool // the heartbeat found the claim lost
+	body    bodyReader  // the request body handed to the handler
+	cw      capture     // the response writer handed to the handler
+	cl      [1]string   // Content-Length of the buffered response
 
 	stopHeartbeat func()
 	completed     bool    // Complete (not a transaction) stored the record
@@ -262,12 +283,14 @@ func (x *run) ctx() *storeCtx {
 func (x *run) claim() (ClaimResult, error) {
 	e := x.p.e
 	x.now = e.cfg.clock()
-	lease := min(e.cfg.lease, x.p.retention)
+	x.lease = min(e.cfg.lease, x.p.retention)
+	leaseEnd := x.now.Add(x.lease)
+	x.leaseEnd.Store(leaseEnd.UnixNano())
 	ctx := storeContext(x.r.Context(), e.cfg.storeTimeout, false)
 	t := time.Now()
 	res, err := e.store.Claim(ctx, Claim{
 		Scope: x.scope, Key: x.key, Fingerprint: x.fp, Token: x.token,
-		Now: x.now, LeaseEnd: x.now.Add(lease),
+		Now: x.now, LeaseEnd: leaseEnd,
 	})
 	d := time.Since(t)
 	x.ev.Claim += d
@@ -290,7 +313,7 @@ func (x *run) storeFailure(err error) {
 		x.done()
 		return
 	}
-	e.writeProblem(x.w, problemStore, "The idempotency store failed or did not answer in time; retry with the same key.", 1)
+	e.writeProblem(x.w, problemStore, "The idempotency store failed or did not answer in time; retry with the same key.", e.retryAfterSecs(0))
 	x.ev.Status = problemStore.status
 	x.done()
 }
@@ -320,8 +343,8 @@ func (x *run) existing(rec *Record) {
 }
 
 func (x *run) conflict(o Outcome, rec *Record) {
-	secs := int((rec.LeaseEnd.Sub(x.now) + time.Second - 1) / time.Second)
-	x.p.e.writeProblem(x.w, problemConflict, "A request with this key is still being processed; retry later.", max(secs, 1))
+	e := x.p.e
+	e.writeProblem(x.w, problemConflict, "A request with this key is still being processed; retry later.", e.retryAfterSecs(rec.LeaseEnd.Sub(x.now)))
 	x.ev.Outcome, x.ev.Status = o, problemConflict.status
 	x.done()
 }
@@ -380,7 +403,7 @@ func (x *run) wait(rec *Record) {
 		case err != nil:
 			// The key is known to be in flight: never run unprotected
 			// beside it, even with fail open. The claim may have landed.
-			go e.releaseOrphan(x.r.Context(), x.scope, x.key, x.token)
+			x.releaseLater()
 			x.ev.Err = err
 			x.conflict(OutcomeWaitTimeout, rec)
 		case res.Acquired:
@@ -433,7 +456,7 @@ func (x *run) execute() {
 		}
 		switch {
 		case c.hijacked:
-		case !c.direct:
+		case !c.direct, x.pending != nil:
 			x.release()
 		case x.completed:
 			// The stream had started and its record was completed (not in
@@ -468,6 +491,9 @@ func (x *run) execute() {
 		// Streamed: stored or released when it started.
 		if !c.discard {
 			c.sendTrailers()
+		}
+		if x.pending != nil {
+			e.bg.add(x.pending)
 		}
 	default:
 		if c.status == 0 {
@@ -525,34 +551,42 @@ func (x *run) store(c *capture, omitted bool) error {
 	} else {
 		resp.Body = c.buf.Bytes()
 	}
+	now := e.cfg.clock()
+	ctx := storeContext(x.r.Context(), e.cfg.storeTimeout, true)
+	t := time.Now()
+	op := StoreComplete
 	var err error
-	for try := 0; try < 2; try++ {
-		now := e.cfg.clock()
-		ctx := storeContext(x.r.Context(), e.cfg.storeTimeout, true)
-		t := time.Now()
-		op := StoreComplete
-		if c.tx != nil {
-			op = StoreCommit
-			err = c.tx.Commit(ctx, resp, now, now.Add(x.p.retention))
-		} else {
-			err = e.store.Complete(ctx, x.scope, x.key, x.token, resp, now, now.Add(x.p.retention))
-		}
-		d := time.Since(t)
-		x.ev.Finish += d
-		e.observeStore(ctx, op, d, err)
-		ctx.release()
-		if err == nil || c.tx != nil || errors.Is(err, ErrLeaseLost) {
-			break
-		}
+	if c.tx != nil {
+		op = StoreCommit
+		err = c.tx.Commit(ctx, resp, now, now.Add(x.p.retention))
+	} else {
+		err = e.store.Complete(ctx, x.scope, x.key, x.token, resp, now, now.Add(x.p.retention))
 	}
-	if err != nil {
+	d := time.Since(t)
+	x.ev.Finish += d
+	e.observeStore(ctx, op, d, err)
+	ctx.release()
+	switch {
+	case err == nil:
+		x.completed = c.tx == nil
+	case c.tx != nil:
+		// The transaction is gone: nothing to retry.
 		x.ev.Err = err
-		if c.tx != nil {
-			x.rollback(c.tx)
-			x.release()
+		x.rollback(c.tx)
+		x.release()
+	default:
+		x.ev.Err = err
+		if !errors.Is(err, ErrLeaseLost) && e.cfg.completionRetry > 0 {
+			// The store blipped: the client gets its response, and the
+			// record lands in the background while the claim is kept. A
+			// stream's waits for its handler, which may still panic.
+			resp.Body = bytes.Clone(resp.Body)
+			if omitted {
+				x.pending = x.task(taskComplete, resp)
+			} else {
+				e.bg.add(x.task(taskComplete, resp))
+			}
 		}
-	} else if c.tx == nil {
-		x.completed = true
 	}
 	return err
 }
@@ -607,16 +641,49 @@ func (x *run) release() {
 	if err != nil && x.ev.Err == nil {
 		x.ev.Err = err
 	}
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
+		// Retried in the background within the lease, so a retry runs
+		// once the store is back instead of waiting for the lease end.
+		x.p.e.bg.add(x.task(taskRelease, Response{}))
+	}
 }
 
-// releaseOrphan releases a claim whose Claim call failed, in case it
-// landed; it reports only to the store observer.
-func (e *Engine) releaseOrphan(parent context.Context, scope, key, token string) {
+// releaseLater releases, in the background, a claim whose Claim call
+// failed: it may have landed although its answer did not.
+func (x *run) releaseLater() { x.p.e.bg.add(x.task(taskRelease, Response{})) }
+
+// task returns a background task for this request's claim.
+func (x *run) task(kind taskKind, resp Response) *task {
+	return &task{
+		kind: kind, scope: x.scope, key: x.key, token: x.token, fingerprint: x.fp,
+		resp: resp, retention: x.p.retention, lease: x.lease, leaseEnd: time.Unix(0, x.leaseEnd.Load()),
+		ev: x.ev, ctx: context.WithoutCancel(x.r.Context()),
+	}
+}
+
+// retryAfterSecs returns the Retry-After of a 409 or a 503 in seconds: the
+// hint, but no more than left when left is positive, rounded up, at
+// least 1.
+func (e *Engine) retryAfterSecs(left time.Duration) int {
+	d := e.cfg.retryAfter
+	if left > 0 {
+		d = min(d, left)
+	}
+	return max(int((d+time.Second-1)/time.Second), 1)
+}
+
+// call makes one store call on a context of its own, detached from
+// parent's cancellation and bounded by the store timeout, observes it,
+// and adds its time to *took.
+func (e *Engine) call(parent context.Context, op StoreOp, took *time.Duration, fn func(context.Context) error) error {
 	ctx := storeContext(parent, e.cfg.storeTimeout, true)
-	defer ctx.release()
 	t := time.Now()
-	err := e.store.Release(ctx, scope, key, token)
-	e.observeStore(ctx, StoreRelease, time.Since(t), err)
+	err := fn(ctx)
+	d := time.Since(t)
+	*took += d
+	e.observeStore(ctx, op, d, err)
+	ctx.release()
+	return err
 }
 
 func (x *run) rollback(tx Tx) {
@@ -634,11 +701,15 @@ func (x *run) rollback(tx Tx) {
 // returned function stops it and waits for it to end.
 func (x *run) heartbeat() func() {
 	e := x.p.e
-	if e.cfg.heartbeat <= 0 {
+	if !e.cfg.beat {
 		return func() {}
 	}
 	// Beat often enough for the lease in effect on this route.
-	interval := max(min(e.cfg.heartbeat, min(e.cfg.lease, x.p.retention)/3), time.Millisecond)
+	interval := x.lease / 3
+	if e.cfg.heartbeat > 0 {
+		interval = min(e.cfg.heartbeat, interval)
+	}
+	interval = max(interval, time.Millisecond)
 	stop := make(chan struct{})
 	var once sync.Once
 	var wg sync.WaitGroup
@@ -654,9 +725,12 @@ func (x *run) heartbeat() func() {
 			now := e.cfg.clock()
 			ctx := x.ctx()
 			t := time.Now()
-			err := e.extender.Extend(ctx, x.scope, x.key, x.token, now, now.Add(min(e.cfg.lease, x.p.retention)))
+			err := e.extender.Extend(ctx, x.scope, x.key, x.token, now, now.Add(x.lease))
 			e.observeStore(ctx, StoreExtend, time.Since(t), err)
 			ctx.release()
+			if err == nil {
+				x.leaseEnd.Store(now.Add(x.lease).UnixNano())
+			}
 			if errors.Is(err, ErrLeaseLost) {
 				x.lost.Store(true)
 				return

@@ -75,7 +75,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"response cap", []Option{WithMaxResponseBody(-1)}},
 		{"store timeout", []Option{WithStoreTimeout(0)}},
 		{"wait", []Option{WithWait(0)}},
-		{"heartbeat", []Option{WithHeartbeat(0)}},
+		{"heartbeat", []Option{WithHeartbeat(-time.Second)}},
+		{"retry-after", []Option{WithRetryAfter(0)}},
+		{"completion retry", []Option{WithCompletionRetry(-time.Second)}},
+		{"pending bytes", []Option{WithMaxPendingBytes(0)}},
 		{"heartbeat longer than lease", []Option{WithLease(time.Second), WithHeartbeat(time.Second)}},
 		{"nil namespace", []Option{WithNamespace(nil)}},
 		{"nil clock", []Option{WithClock(nil)}},
@@ -416,7 +419,7 @@ func TestHeartbeatKeepsASlowClaim(t *testing.T) {
 func TestLostClaimIsNotCompleted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newTestStore()
-		e, ev := newEngine(t, s, WithLease(2*time.Second))
+		e, ev := newEngine(t, s, WithLease(2*time.Second), WithHeartbeat(0))
 		var runs atomic.Int32
 		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := runs.Add(1)

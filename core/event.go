@@ -51,6 +51,40 @@ const (
 	OutcomeSkipped Outcome = "skipped"
 )
 
+// The outcomes of the engine's background work, each reported in an event
+// of its own after the request's (see WithCompletionRetry). Their Method,
+// Route and KeyHash are the request's; Err says why.
+const (
+	// OutcomeCompletedLate: a completion that failed when the handler
+	// ran was stored by a later try; retries replay it.
+	OutcomeCompletedLate Outcome = "completed_late"
+	// OutcomeCompletionLost: the claim was lost (its lease ended, or
+	// another request took the key over) before the completion landed;
+	// a retry runs the handler again.
+	OutcomeCompletionLost Outcome = "completion_lost"
+	// OutcomeCompletionExpired: the store did not take the completion
+	// within the completion retry limit; the key frees at its lease end.
+	OutcomeCompletionExpired Outcome = "completion_expired"
+	// OutcomeCompletionDropped: the completion was dropped, the bound on
+	// pending work being reached or the engine closed; the key frees at
+	// its lease end.
+	OutcomeCompletionDropped Outcome = "completion_dropped"
+	// OutcomeReleaseFailed: a release (after a 5xx, a panic, or a failed
+	// Claim that may have landed) kept failing until the claim's lease
+	// ended, or was dropped; the key frees at the lease end.
+	OutcomeReleaseFailed Outcome = "release_failed"
+)
+
+// Background reports whether o is an outcome of the engine's background
+// work, reported after the request's own event, rather than a request's.
+func (o Outcome) Background() bool {
+	switch o {
+	case OutcomeCompletedLate, OutcomeCompletionLost, OutcomeCompletionExpired, OutcomeCompletionDropped, OutcomeReleaseFailed:
+		return true
+	}
+	return false
+}
+
 // Event describes one request the engine saw. The observer gets exactly one
 // per request with a protected method (POST and PATCH by default), after the response is written (or, for a panic, before the
 // panic continues).
@@ -119,10 +153,12 @@ func hashKey(key string) string {
 }
 
 // SlogObserver returns an Observer that logs each event with logger (nil
-// means slog.Default()): replays, executions and skips at debug level,
-// client errors (conflict, mismatch, bad key) at info, a fail-open run and
-// a failed completion at warn, and a store failure at error. It logs the
-// key's hash, never the key.
+// means slog.Default()): replays, executions and skips at debug level;
+// client errors (conflict, mismatch, bad key) and a completion that landed
+// late at info; a fail-open run and an execution whose completion or
+// release failed at warn; a store failure and background work that gave
+// up (a completion lost, expired or dropped, a failed release) at error.
+// It logs the key's hash, never the key.
 func SlogObserver(logger *slog.Logger) Observer {
 	return func(ctx context.Context, ev Event) {
 		l := logger
@@ -139,6 +175,10 @@ func SlogObserver(logger *slog.Logger) Observer {
 			if ev.FailedOpen {
 				level = slog.LevelWarn
 			}
+		case OutcomeCompletedLate:
+			level = slog.LevelInfo
+		case OutcomeCompletionLost, OutcomeCompletionExpired, OutcomeCompletionDropped, OutcomeReleaseFailed:
+			level = slog.LevelError
 		default:
 			if ev.Err != nil {
 				level = slog.LevelWarn

@@ -13,7 +13,11 @@ import (
 const (
 	DefaultKeyHeader       = "Idempotency-Key"
 	DefaultReplayHeader    = "Idempotent-Replayed"
-	DefaultLease           = 5 * time.Minute
+	DefaultLease           = 15 * time.Second // with the heartbeat; see WithLease
+	DefaultLeaseNoBeat     = 5 * time.Minute  // without it
+	DefaultRetryAfter      = time.Second
+	DefaultCompletionRetry = time.Minute
+	DefaultMaxPendingBytes = 64 << 20
 	DefaultRetention       = 24 * time.Hour
 	DefaultMaxRequestBody  = 1 << 20
 	DefaultMaxResponseBody = 1 << 20
@@ -41,14 +45,19 @@ type config struct {
 	replayHeader    string
 	methods         []string
 	keyOptional     bool
-	lease           time.Duration
+	lease           time.Duration // 0 until resolved in New
 	retention       time.Duration
 	maxRequestBody  int64
 	maxResponseBody int
 	storeTimeout    time.Duration
 	failOpen        bool
 	wait            time.Duration
-	heartbeat       time.Duration
+	heartbeat       time.Duration // 0: a third of the lease in effect
+	beat            bool          // resolved in New
+	beatSet         bool          // WithHeartbeat was given
+	retryAfter      time.Duration
+	completionRetry time.Duration
+	maxPendingBytes int64
 	problemBase     string
 	namespace       func(*http.Request) string
 	fingerprint     func(r *http.Request, body []byte) string
@@ -63,8 +72,10 @@ func defaultConfig() config {
 		keyHeader:       DefaultKeyHeader,
 		replayHeader:    DefaultReplayHeader,
 		methods:         []string{http.MethodPost, http.MethodPatch},
-		lease:           DefaultLease,
 		retention:       DefaultRetention,
+		retryAfter:      DefaultRetryAfter,
+		completionRetry: DefaultCompletionRetry,
+		maxPendingBytes: DefaultMaxPendingBytes,
 		maxRequestBody:  DefaultMaxRequestBody,
 		maxResponseBody: DefaultMaxResponseBody,
 		storeTimeout:    DefaultStoreTimeout,
@@ -136,7 +147,9 @@ func WithOptionalKey() Option {
 
 // WithLease sets how long an in-flight claim blocks other requests with the
 // same key if it is neither completed nor released (its process died). It is
-// capped at the retention in effect. Default: 5 minutes.
+// capped at the retention in effect. Default: 15 seconds when the heartbeat
+// keeps running claims alive (the store implements Extender; see
+// WithHeartbeat), otherwise 5 minutes.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 || d > MaxLifetime {
@@ -221,16 +234,64 @@ func WithWait(limit time.Duration) Option {
 	}
 }
 
-// WithHeartbeat extends the lease of a running request every interval
-// through the store's Extender, so a handler slower than the lease keeps
-// its claim. A claim found lost is not completed. New fails when the store
-// has no Extender. Default: off.
+// WithHeartbeat sets how often the engine extends the lease of a running
+// request through the store's Extender, so a handler of any length keeps
+// its claim while a crashed one frees its key within the lease; 0 turns
+// the heartbeat off. A claim found lost is not completed. Each beat is one
+// Extend call per request in flight; a handler shorter than a beat costs
+// none. New fails when interval is positive and the store has no
+// Extender. Default: a third of the lease in effect, when the store
+// implements Extender; off otherwise.
 func WithHeartbeat(interval time.Duration) Option {
 	return func(c *config) error {
-		if interval <= 0 {
-			return badOption("heartbeat interval %v is not positive", interval)
+		if interval < 0 {
+			return badOption("heartbeat interval %v is negative", interval)
 		}
-		c.heartbeat = interval
+		c.heartbeat, c.beat, c.beatSet = interval, interval > 0, true
+		return nil
+	}
+}
+
+// WithRetryAfter sets the Retry-After hint of a 409 for a request still in
+// flight (never more than its lease left) and of a 503 for a failing
+// store, rounded up to whole seconds, at least 1. Default: 1 second.
+func WithRetryAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 || d > MaxLifetime {
+			return badOption("retry-after hint %v is not between 0 and %v", d, MaxLifetime)
+		}
+		c.retryAfter = d
+		return nil
+	}
+}
+
+// WithCompletionRetry sets how long the engine keeps trying, in the
+// background, to store a response whose Complete failed after the handler
+// ran (the store blipped): the client gets its response at once, the claim
+// is kept alive, and a retry replays once the record lands. 0 turns this
+// off: the key then frees at the lease end and a retry runs again. See
+// Engine.Close for shutdown. Default: 1 minute.
+func WithCompletionRetry(limit time.Duration) Option {
+	return func(c *config) error {
+		if limit < 0 || limit > MaxLifetime {
+			return badOption("completion retry %v is not between 0 and %v", limit, MaxLifetime)
+		}
+		c.completionRetry = limit
+		return nil
+	}
+}
+
+// WithMaxPendingBytes bounds the memory of the background work: stored
+// responses waiting to be completed (body and headers) and releases
+// waiting to land (a few hundred bytes each). When a new one would pass
+// the bound, the oldest are dropped; a dropped key frees at its lease
+// end. Default: 64 MiB.
+func WithMaxPendingBytes(n int64) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return badOption("max pending bytes %d is not positive", n)
+		}
+		c.maxPendingBytes = n
 		return nil
 	}
 }

@@ -1,0 +1,299 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// background holds the store calls that must still land after the request
+// that needed them has been answered: a completion that failed because the
+// store blipped (the client got its response; a retry must replay it, not
+// run the handler again), and the release of a claim that may be held
+// although nobody will finish it (an orphan of a failed Claim, or a
+// release after a 5xx that failed). Each is retried with backoff capped at
+// maxBackoff, so it lands within about a second of the store's return.
+// The memory it holds is bounded by the engine's max pending bytes: when a
+// new task would pass it, the oldest are dropped and their keys free at
+// their lease end.
+type background struct {
+	e *Engine
+
+	mu     sync.Mutex
+	tasks  []*task // oldest first
+	bytes  int64
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// The backoff between tries of a background task.
+const (
+	minBackoff = 25 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// taskOverhead is what a task costs beyond its response's bytes, for the
+// bound on pending bytes.
+const taskOverhead = 512
+
+type taskKind uint8
+
+const (
+	taskComplete taskKind = iota + 1
+	taskRelease
+)
+
+// task is one pending store call.
+type task struct {
+	kind              taskKind
+	scope, key, token string
+	fingerprint       string
+	resp              Response      // taskComplete: the response to store, its body owned by the task
+	retention         time.Duration // taskComplete: how long the record is replayed
+	lease             time.Duration // the claim's lease
+	leaseEnd          time.Time     // the claim's lease end as last set, on the engine's clock
+	ev                Event         // the request's event, for the task's own
+	ctx               context.Context
+	start             time.Time
+	size              int64
+	stop              chan struct{} // closed when the task is dropped
+	stopErr           error         // why, set before stop is closed
+}
+
+func newBackground(e *Engine) *background { return &background{e: e} }
+
+// add starts t, dropping the oldest tasks when t would pass the bound. A
+// task added after Close is dropped at once.
+func (b *background) add(t *task) {
+	t.stop = make(chan struct{})
+	t.start = time.Now()
+	t.size = taskOverhead + int64(len(t.resp.Body))
+	for k, vs := range t.resp.Header {
+		t.size += int64(len(k))
+		for _, v := range vs {
+			t.size += int64(len(v))
+		}
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		b.report(t, errEngineClosed)
+		return
+	}
+	for len(b.tasks) > 0 && b.bytes+t.size > b.e.cfg.maxPendingBytes {
+		old := b.tasks[0] // its goroutine sees stop and reports the drop
+		b.tasks = b.tasks[1:]
+		b.bytes -= old.size
+		old.stopErr = errPendingFull
+		close(old.stop)
+	}
+	b.tasks = append(b.tasks, t)
+	b.bytes += t.size
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go b.run(t)
+}
+
+// remove takes t off the list when it ends by itself.
+func (b *background) remove(t *task) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, x := range b.tasks {
+		if x == t {
+			b.tasks = append(b.tasks[:i], b.tasks[i+1:]...)
+			b.bytes -= t.size
+			return
+		}
+	}
+}
+
+var (
+	errPendingFull  = errors.New("idem: dropped: the engine's pending background work reached its bound (WithMaxPendingBytes)")
+	errEngineClosed = errors.New("idem: dropped: the engine is closed")
+	errRetryBound   = errors.New("idem: the store did not take the completion within the completion retry limit")
+)
+
+func (b *background) run(t *task) {
+	defer b.wg.Done()
+	backoff := minBackoff
+	for try := 0; ; try++ {
+		if try > 0 {
+			// Full jitter over the backoff, at least a millisecond.
+			d := time.Millisecond + rand.N(backoff)
+			backoff = min(2*backoff, maxBackoff)
+			timer := time.NewTimer(d)
+			select {
+			case <-t.stop:
+				timer.Stop()
+				b.report(t, t.stopErr)
+				return
+			case <-timer.C:
+			}
+		} else {
+			select {
+			case <-t.stop:
+				b.report(t, t.stopErr)
+				return
+			default:
+			}
+		}
+		done, err := b.try(t)
+		if done {
+			b.remove(t)
+			b.report(t, err)
+			return
+		}
+		t.ev.Err = err
+		if bound := b.bound(t); bound != nil {
+			b.remove(t)
+			b.report(t, bound)
+			return
+		}
+	}
+}
+
+// bound reports why t must give up, or nil: a completion after the
+// completion retry limit; a release once its claim's lease has ended,
+// when it would free the key anyway.
+func (b *background) bound(t *task) error {
+	e := b.e
+	switch t.kind {
+	case taskComplete:
+		if time.Since(t.start) >= e.cfg.completionRetry {
+			return errRetryBound
+		}
+	case taskRelease:
+		if time.Since(t.start) >= t.lease || !e.cfg.clock().Before(t.leaseEnd) {
+			return errLeaseOver
+		}
+	}
+	return nil
+}
+
+var errLeaseOver = errors.New("idem: the store did not take the release before the claim's lease ended; the key frees at the lease end")
+
+// try makes one attempt. done reports that the task is over, with err nil
+// when it landed.
+func (b *background) try(t *task) (done bool, err error) {
+	e := b.e
+	if t.kind == taskRelease {
+		err = e.call(t.ctx, StoreRelease, &t.ev.Finish, func(ctx context.Context) error {
+			return e.store.Release(ctx, t.scope, t.key, t.token)
+		})
+		if err == nil || errors.Is(err, ErrLeaseLost) {
+			return true, nil // released, or nothing held: either way free
+		}
+		return false, err
+	}
+	now := e.cfg.clock()
+	if e.extender != nil && now.After(t.leaseEnd.Add(-t.lease/3)) {
+		// Keep the claim alive, so a retry meanwhile waits for the replay.
+		err := e.call(t.ctx, StoreExtend, &t.ev.Finish, func(ctx context.Context) error {
+			return e.extender.Extend(ctx, t.scope, t.key, t.token, now, now.Add(t.lease))
+		})
+		switch {
+		case err == nil:
+			t.leaseEnd = now.Add(t.lease)
+		case errors.Is(err, ErrLeaseLost):
+			return true, b.lost(t, err)
+		}
+	}
+	err = e.call(t.ctx, StoreComplete, &t.ev.Finish, func(ctx context.Context) error {
+		return e.store.Complete(ctx, t.scope, t.key, t.token, t.resp, now, now.Add(t.retention))
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrLeaseLost):
+		return true, b.lost(t, err)
+	}
+	return false, err
+}
+
+// lost decides what a completion's ErrLeaseLost means: an earlier try that
+// timed out may have landed after all, which a store that can look the
+// record up tells; otherwise the claim was lost.
+func (b *background) lost(t *task, err error) error {
+	e := b.e
+	g, ok := e.store.(Getter)
+	if !ok {
+		return err
+	}
+	var rec Record
+	var found bool
+	gerr := e.call(t.ctx, StoreGet, &t.ev.Finish, func(ctx context.Context) error {
+		var err error
+		rec, found, err = g.Get(ctx, t.scope, t.key, e.cfg.clock())
+		return err
+	})
+	if gerr == nil && found && rec.State == StateCompleted && rec.Fingerprint == t.fingerprint &&
+		rec.Response != nil && rec.Response.Status == t.resp.Status && len(rec.Response.Body) == len(t.resp.Body) {
+		return nil
+	}
+	return err
+}
+
+// report sends the task's own event: err nil means it landed.
+func (b *background) report(t *task, err error) {
+	ev := t.ev
+	ev.Err = err
+	ev.Total = time.Since(t.start)
+	switch {
+	case t.kind == taskRelease && err == nil:
+		return // released: the request's event already told
+	case t.kind == taskRelease:
+		ev.Outcome = OutcomeReleaseFailed
+	case err == nil:
+		ev.Outcome = OutcomeCompletedLate
+	case errors.Is(err, ErrLeaseLost):
+		ev.Outcome = OutcomeCompletionLost
+	case errors.Is(err, errRetryBound):
+		ev.Outcome = OutcomeCompletionExpired
+	default:
+		ev.Outcome = OutcomeCompletionDropped
+	}
+	b.e.cfg.observer(t.ctx, ev)
+}
+
+// close stops taking tasks and waits until the pending ones end or ctx
+// does; then the rest are dropped.
+func (b *background) close(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	for _, t := range b.tasks {
+		t.stopErr = errEngineClosed
+		close(t.stop)
+	}
+	b.tasks, b.bytes = nil, 0
+	b.mu.Unlock()
+	return ctx.Err()
+}
+
+// pending returns the number of tasks in flight, for tests.
+func (b *background) pending() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.tasks)
+}
+
+// Close finishes the engine's background work for a graceful shutdown:
+// it waits until every pending completion and release has landed, or
+// given up, or ctx ends, when the rest are dropped (their keys free at
+// their lease end) and ctx's error is returned. Call it after the server
+// has stopped taking requests; a completion that fails after Close is not
+// retried. Close is safe to call more than once.
+//
+//	srv.Shutdown(ctx)
+//	engine.Close(ctx)
+func (e *Engine) Close(ctx context.Context) error { return e.bg.close(ctx) }
