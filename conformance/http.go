@@ -275,15 +275,18 @@ func (c *manualClock) Advance(d time.Duration) {
 
 var errStoreDown = errors.New("conformance: store is down")
 
-// failingStore wraps a store and fails every call while down is set.
+// failingStore wraps a store and fails every call while down is set, and
+// Complete alone while completeDown is.
 type failingStore struct {
 	idem.Store
-	mu   sync.Mutex
-	down bool
+	mu           sync.Mutex
+	down         bool
+	completeDown bool
 }
 
-func (s *failingStore) setDown(b bool) { s.mu.Lock(); s.down = b; s.mu.Unlock() }
-func (s *failingStore) isDown() bool   { s.mu.Lock(); defer s.mu.Unlock(); return s.down }
+func (s *failingStore) setDown(b bool)         { s.mu.Lock(); s.down = b; s.mu.Unlock() }
+func (s *failingStore) setCompleteDown(b bool) { s.mu.Lock(); s.completeDown = b; s.mu.Unlock() }
+func (s *failingStore) isDown() bool           { s.mu.Lock(); defer s.mu.Unlock(); return s.down }
 
 func (s *failingStore) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
 	if s.isDown() {
@@ -293,7 +296,10 @@ func (s *failingStore) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResul
 }
 
 func (s *failingStore) Complete(ctx context.Context, scope, key, token string, r idem.Response, now, exp time.Time) error {
-	if s.isDown() {
+	s.mu.Lock()
+	down := s.down || s.completeDown
+	s.mu.Unlock()
+	if down {
 		return errStoreDown
 	}
 	return s.Store.Complete(ctx, scope, key, token, r, now, exp)
@@ -586,6 +592,27 @@ var httpScenarios = []scenario{
 		wantFresh(t, v.post("/echo", "down", "x"), 201, "x")
 		wantReplay(t, v.post("/echo", "down", "x"), 201, "x")
 	}},
+	{name: "a completion the store missed lands once it is back, and the retry replays", fails: true, run: func(t *testing.T, v *env) {
+		v.fail.setCompleteDown(true)
+		wantFresh(t, v.post("/echo", "blip", "x"), 201, "x")
+		r := v.post("/echo", "blip", "x")
+		wantProblem(t, r, 409)
+		wantRetryAfter(t, r)
+		v.fail.setCompleteDown(false)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r := v.post("/echo", "blip", "x")
+			if r.code != 409 {
+				wantReplay(t, r, 201, "x")
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("still 409 ten seconds after the store came back")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		v.wantCount(1)
+	}},
 	{name: "store failure with fail open runs unprotected", fails: true, opts: withOpts(idem.WithFailOpen()), run: func(t *testing.T, v *env) {
 		v.fail.setDown(true)
 		wantFresh(t, v.post("/echo", "open", "x"), 201, "x")
@@ -617,8 +644,8 @@ var httpScenarios = []scenario{
 		}
 		r := v.post("/echo", "dead", "x")
 		wantProblem(t, r, 409)
-		if ra := r.header.Get("Retry-After"); ra != "60" {
-			t.Errorf("Retry-After %q, want 60 (the lease left)", ra)
+		if ra := r.header.Get("Retry-After"); ra != "1" {
+			t.Errorf("Retry-After %q, want 1 (the hint, not the lease left)", ra)
 		}
 		v.clock.Advance(61 * time.Second)
 		wantFresh(t, v.post("/echo", "dead", "x"), 201, "x")

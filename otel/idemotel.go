@@ -30,6 +30,11 @@ const (
 	// waiting for another request with its key, in wait mode
 	// (idem.WithWait), in seconds, with the attributes of MetricRequests.
 	MetricWaitDuration = "idempotency.wait.duration"
+	// MetricBackground is the counter of the engine's background work
+	// (idem.Outcome.Background: a completion that landed late, or was
+	// lost, expired or dropped; a release that failed), one per task,
+	// with the attributes of MetricRequests. Unit "{task}".
+	MetricBackground = "idempotency.background"
 )
 
 // The attribute keys.
@@ -107,6 +112,7 @@ func WithNext(obs idem.Observer) Option {
 // idem.New. It is safe for concurrent use.
 type Instrumentation struct {
 	requests metric.Int64Counter
+	bg       metric.Int64Counter
 	store    metric.Float64Histogram
 	wait     metric.Float64Histogram
 	next     idem.Observer
@@ -151,6 +157,12 @@ func New(opts ...Option) (*Instrumentation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idemotel: %s: %w", MetricRequests, err)
 	}
+	in.bg, err = m.Int64Counter(MetricBackground,
+		metric.WithUnit("{task}"),
+		metric.WithDescription("Background work of the idempotency engine (completions retried after a store failure, releases), by outcome."))
+	if err != nil {
+		return nil, fmt.Errorf("idemotel: %s: %w", MetricBackground, err)
+	}
 	in.store, err = m.Float64Histogram(MetricStoreDuration,
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of the idempotency store's calls, by operation."),
@@ -184,7 +196,7 @@ func (in *Instrumentation) Options() []idem.Option {
 }
 
 // Observer returns the engine Observer that counts each request in
-// MetricRequests, records its wait in MetricWaitDuration, sets
+// MetricRequests (and each background task in MetricBackground), records its wait in MetricWaitDuration, sets
 // SpanAttrOutcome and SpanAttrKeyHash on the span in ctx when it is
 // recording (it starts no span of its own), records the event's error on
 // that span, and then calls the WithNext observer.
@@ -196,6 +208,14 @@ func (in *Instrumentation) StoreObserver() idem.StoreObserver { return in.observ
 
 func (in *Instrumentation) observe(ctx context.Context, ev idem.Event) {
 	s := in.requestSet(ev.Outcome, ev.Method, ev.Route)
+	if ev.Outcome.Background() {
+		// After the request: its span has ended.
+		in.bg.Add(ctx, 1, s.add...)
+		if in.next != nil {
+			in.next(ctx, ev)
+		}
+		return
+	}
 	in.requests.Add(ctx, 1, s.add...)
 	if ev.Waited > 0 {
 		in.wait.Record(ctx, ev.Waited.Seconds(), s.rec...)

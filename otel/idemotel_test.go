@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -531,6 +532,54 @@ func TestNext(t *testing.T) {
 		inst.Observer()(t.Context(), ev) // the global no-op provider; nothing to call next
 		if len(inst.Options()) != 2 {
 			t.Errorf("Options: %d", len(inst.Options()))
+		}
+	})
+}
+
+// failOnce fails its first Complete, as a store that blips.
+type failOnce struct {
+	idem.Store
+	failed bool
+}
+
+func (s *failOnce) Complete(ctx context.Context, scope, key, token string, r idem.Response, now, exp time.Time) error {
+	if !s.failed {
+		s.failed = true
+		return errDown
+	}
+	return s.Store.Complete(ctx, scope, key, token, r, now, exp)
+}
+
+// TestBackground counts a completion that landed after a store blip in
+// MetricBackground, apart from the requests.
+func TestBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, func(s idem.Store) idem.Store { return &failOnce{Store: s} })
+		r.do(http.MethodPost, "/echo", "k", "x", 201)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		r.do(http.MethodPost, "/echo", "k", "x", 201) // the replay
+		rm := r.collect()
+		want := map[point]int64{
+			{"executed", "POST", "/echo"}: 1,
+			{"replayed", "POST", "/echo"}: 1,
+		}
+		if got := requests(t, rm); !maps.Equal(got, want) {
+			t.Errorf("requests %v, want %v", got, want)
+		}
+		m, ok := find(rm, idemotel.MetricBackground)
+		if !ok {
+			t.Fatalf("no %s", idemotel.MetricBackground)
+		}
+		sum, ok := m.Data.(metricdata.Sum[int64])
+		if !ok || len(sum.DataPoints) != 1 || sum.DataPoints[0].Value != 1 || m.Unit != "{task}" {
+			t.Fatalf("%s: %+v", idemotel.MetricBackground, m)
+		}
+		if p := requestPoint(sum.DataPoints[0].Attributes); p != (point{"completed_late", "POST", "/echo"}) {
+			t.Errorf("background point %v", p)
+		}
+		if got := r.spanOutcomes(); !slices.Equal(got, []string{"executed", "replayed"}) {
+			t.Errorf("span outcomes %v", got)
 		}
 	})
 }
