@@ -75,7 +75,7 @@ func main() {
 		r.Handle("/admin/idem", requireToken(adminToken, engine.AdminHandler()))
 	}
 
-	if err := app.Serve(ctx, flags.Addr, r); err != nil {
+	if err := app.Serve(ctx, flags.Addr, r, engine.Close); err != nil {
 		app.Fatal(err, false)
 	}
 }

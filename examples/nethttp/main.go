@@ -34,7 +34,7 @@ func main() {
 		svc.Pay(w, r, r.PathValue)
 	})))
 
-	if err := app.Serve(ctx, flags.Addr, mux); err != nil {
+	if err := app.Serve(ctx, flags.Addr, mux, engine.Close); err != nil {
 		app.Fatal(err, false)
 	}
 }

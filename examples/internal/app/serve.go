@@ -17,8 +17,10 @@ import (
 // Serve listens on addr, prints exactly one line "listening on
 // http://HOST:PORT" to stdout once it accepts connections, and serves h
 // until ctx ends or the process gets SIGINT or SIGTERM; then it shuts down
-// gracefully, letting requests in flight finish (up to 10 seconds).
-func Serve(ctx context.Context, addr string, h http.Handler) error {
+// gracefully, letting requests in flight finish, and runs each of after
+// (such as idem's Engine.Close, which lands completions still pending),
+// all within 10 seconds.
+func Serve(ctx context.Context, addr string, h http.Handler, after ...func(context.Context) error) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ln, err := net.Listen("tcp", addr)
@@ -41,6 +43,11 @@ func Serve(ctx context.Context, addr string, h http.Handler) error {
 	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	for _, f := range after {
+		if err := f(sctx); err != nil {
+			return err
+		}
 	}
 	return nil
 }
