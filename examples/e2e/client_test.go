@@ -103,9 +103,10 @@ func (o *outcomes) log(t *testing.T, name string) {
 		name, len(d), pct(0.50), pct(0.90), pct(0.99), d[len(d)-1].Round(100*time.Microsecond), strings.Join(hist, " "), o.replayed, o.statuses)
 }
 
-// drive sends n logical POSTs to u+path from clientWorkers goroutines,
-// each with a body of its own, and fails the test for any that does not
-// end in want with its body echoed (when echo is set) or with wantBody.
+// drive sends n logical POSTs to u from clientWorkers goroutines, the
+// i-th with the body "order-i", and fails the test for any that does not
+// end in the status want with the body wantBody(i). sent, when not nil, is
+// called with the number of requests done after each success.
 func drive(t *testing.T, client *http.Client, o *outcomes, n int, u string, want int, wantBody func(i int) string, sent func(done int)) {
 	t.Helper()
 	var next, done atomic.Int64

@@ -64,7 +64,7 @@ func noRetry() *http.Client {
 	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 }
 
-func TestForwards(t *testing.T) {
+func TestFlakyForwards(t *testing.T) {
 	f, srv := fixture(t)
 	p := start(t, srv, Config{})
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -82,7 +82,7 @@ func TestForwards(t *testing.T) {
 	}
 }
 
-func TestDropAfterHandled(t *testing.T) {
+func TestFlakyDropAfterHandled(t *testing.T) {
 	f, srv := fixture(t)
 	p := start(t, srv, Config{Drop: 1})
 	if _, _, _, err := post(noRetry(), p.URL(), "k", "hello"); !errors.Is(err, io.EOF) {
@@ -101,7 +101,7 @@ func TestDropAfterHandled(t *testing.T) {
 	}
 }
 
-func TestResetBeforeForwarding(t *testing.T) {
+func TestFlakyResetBeforeForwarding(t *testing.T) {
 	f, srv := fixture(t)
 	p := start(t, srv, Config{Reset: 1})
 	if _, _, _, err := post(noRetry(), p.URL(), "k", "hello"); !errors.Is(err, syscall.ECONNRESET) {
@@ -115,7 +115,7 @@ func TestResetBeforeForwarding(t *testing.T) {
 	}
 }
 
-func TestDelay(t *testing.T) {
+func TestFlakyDelay(t *testing.T) {
 	_, srv := fixture(t)
 	p := start(t, srv, Config{Delay: 1, DelayTime: 50 * time.Millisecond})
 	began := time.Now()
@@ -130,7 +130,7 @@ func TestDelay(t *testing.T) {
 	}
 }
 
-func TestTargetDown(t *testing.T) {
+func TestFlakyTargetDown(t *testing.T) {
 	_, srv := fixture(t)
 	p := start(t, srv, Config{})
 	srv.Close()
@@ -142,9 +142,9 @@ func TestTargetDown(t *testing.T) {
 	}
 }
 
-// TestCloseStops closes the proxy while a request is held in a minute-long
-// delay: Close returns at once and the client gets an error.
-func TestCloseStops(t *testing.T) {
+// TestFlakyCloseStops closes the proxy while a request is held in a
+// minute-long delay: Close returns at once and the client gets an error.
+func TestFlakyCloseStops(t *testing.T) {
 	_, srv := fixture(t)
 	p := start(t, srv, Config{Delay: 1, DelayTime: time.Minute})
 	errc := make(chan error, 1)
@@ -173,7 +173,7 @@ func TestCloseStops(t *testing.T) {
 	}
 }
 
-func TestSeededDecisions(t *testing.T) {
+func TestFlakySeededDecisions(t *testing.T) {
 	draw := func(seed uint64) []fault {
 		p := &Proxy{cfg: Config{Drop: 0.3, Reset: 0.2}}
 		p.rng = newRand(seed)
@@ -202,7 +202,7 @@ func TestSeededDecisions(t *testing.T) {
 	}
 }
 
-func TestBadConfig(t *testing.T) {
+func TestFlakyBadConfig(t *testing.T) {
 	for _, cfg := range []Config{
 		{},
 		{Target: "127.0.0.1:1", Drop: -0.1},
