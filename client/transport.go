@@ -12,7 +12,8 @@ import (
 // and PATCH by default) safe to retry: it gives each one an idempotency key
 // and retries it with that key and the same body when the answer says a
 // retry may succeed. See the package documentation for what it retries.
-// It is safe for concurrent use.
+// Make one with New; the zero value is not usable. It is safe for
+// concurrent use.
 type Transport struct {
 	base   http.RoundTripper
 	cfg    config
@@ -119,6 +120,9 @@ func (c *call) run() (*http.Response, error) {
 		began := time.Now()
 		resp, err := c.t.base.RoundTrip(req)
 		a := Attempt{Request: req, Key: c.key, Number: n, Duration: time.Since(began)}
+		if resp != nil && resp.Body == nil {
+			resp.Body = http.NoBody // as http.Client does
+		}
 		if err != nil && resp != nil { // a RoundTripper breaking its contract
 			resp.Body.Close()
 			resp = nil

@@ -658,3 +658,22 @@ func TestInProgressOption(t *testing.T) {
 		}
 	})
 }
+
+// TestNilResponseBody survives a base transport that answers without a
+// body, as http.Client does.
+func TestNilResponseBody(t *testing.T) {
+	var n int
+	tr := newTransport(t, roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		n++
+		code := []int{503, 409, 201}[min(n-1, 2)]
+		return &http.Response{StatusCode: code, Header: http.Header{"Retry-After": {"0"}}, Request: r}, nil
+	}))
+	req, _ := http.NewRequest("POST", "http://example.test/orders", strings.NewReader("x"))
+	resp, err := tr.RoundTrip(req)
+	if err != nil || resp.StatusCode != 409 || n != 2 {
+		t.Fatalf("got %v %v after %d attempts, want the 409 (no in-progress body) after 2", resp, err, n)
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || len(b) != 0 {
+		t.Errorf("body %q %v", b, err)
+	}
+}
