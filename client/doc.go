@@ -51,10 +51,13 @@
 // HTTP-date read against the response's Date), cut to 10 s
 // (WithRetryAfterCap); without one it is "full jitter" exponential backoff:
 // a random time up to 100 ms·2^(n-1), at most 5 s (WithBackoff). A logical
-// request makes at most 5 attempts (WithMaxAttempts), and no retry whose
-// wait would end more than 30 s after the first attempt began
-// (WithBudget), or at or after the context's deadline: in those cases the
-// last answer is returned at once. The request's context always wins: no
+// request makes at most 5 attempts (WithMaxAttempts), not counting those
+// answered with an in-progress 409: the first attempt is still running, or
+// its crashed server's lease has not ended, so the transport keeps asking,
+// at least 100 ms apart (the backoff base), while the budget allows. No retry is made whose wait would end more than
+// 30 s after the first attempt began (WithBudget), or at or after the
+// context's deadline: then the last answer is returned at once. The
+// request's context always wins: no
 // attempt starts after it ends, and a wait it interrupts ends the request
 // with its error. Bound one attempt with the base transport's
 // ResponseHeaderTimeout (a timeout is retried) and the whole logical

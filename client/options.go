@@ -131,7 +131,9 @@ func WithKeyFunc(fn func(*http.Request) string) Option {
 }
 
 // WithMaxAttempts sets how many times one logical request is sent at most,
-// the first included; 1 turns retries off. Default: 5.
+// the first included; 1 turns retries off. Attempts answered with an
+// in-progress 409 do not count: the first attempt is still running, and
+// the budget bounds how long the transport waits for it. Default: 5.
 func WithMaxAttempts(n int) Option {
 	return func(c *config) error {
 		if n < 1 {

@@ -108,6 +108,7 @@ type call struct {
 	key   string
 	body  body
 	start time.Time
+	spent int // attempts that count toward the limit: all but in-progress 409s
 }
 
 // run is the retry loop: send, classify, then either return the answer or
@@ -127,10 +128,10 @@ func (c *call) run() (*http.Response, error) {
 			resp.Body.Close()
 			resp = nil
 		}
-		retryable, hint := false, time.Duration(-1)
+		retryable, inProgress, hint := false, false, time.Duration(-1)
 		if err == nil {
 			a.Status, a.Replayed = resp.StatusCode, resp.Header.Get(c.t.cfg.replayHeader) == "true"
-			retryable, hint, err = c.classify(resp, a.Replayed)
+			retryable, inProgress, hint, err = c.classify(resp, a.Replayed)
 			if err != nil { // the 409's body could not be read
 				resp.Body.Close()
 				resp, a.Status = nil, 0
@@ -140,9 +141,12 @@ func (c *call) run() (*http.Response, error) {
 			a.Err = err
 			retryable = retryableError(c.ctx, err)
 		}
+		if !inProgress {
+			c.spent++
+		}
 		if retryable {
-			a.Wait = c.wait(n, hint)
-			if a.Retry = c.allowed(n, a.Wait); a.Retry {
+			a.Wait = c.wait(n, hint, inProgress)
+			if a.Retry = c.allowed(a.Wait); a.Retry {
 				next, a.Retry = c.nextBody()
 			}
 			if !a.Retry {
@@ -167,19 +171,21 @@ func (c *call) run() (*http.Response, error) {
 	}
 }
 
-// classify tells whether resp may be retried and the wait its Retry-After
-// asks for (-1 without one). Only a 409 is read, up to maxPeek bytes.
-func (c *call) classify(resp *http.Response, replayed bool) (retry bool, hint time.Duration, err error) {
+// classify tells whether resp may be retried, whether it is an
+// in-progress 409, and the wait its Retry-After asks for (-1 without one).
+// Only a 409 is read, up to maxPeek bytes.
+func (c *call) classify(resp *http.Response, replayed bool) (retry, inProgress bool, hint time.Duration, err error) {
 	hint = -1
 	switch {
 	case replayed:
-		return false, hint, nil // the stored answer: sending again gets it again
+		return false, false, hint, nil // the stored answer: sending again gets it again
 	case resp.StatusCode == http.StatusConflict:
 		b, err := peek(resp)
 		if err != nil {
-			return false, hint, err
+			return false, false, hint, err
 		}
 		retry = c.t.cfg.inProgress(resp, b)
+		inProgress = retry
 	default:
 		retry = retryableStatus(resp.StatusCode)
 	}
@@ -188,23 +194,28 @@ func (c *call) classify(resp *http.Response, replayed bool) (retry bool, hint ti
 			hint = d
 		}
 	}
-	return retry, hint, nil
+	return retry, inProgress, hint, nil
 }
 
 // wait returns the wait before retry n: Retry-After up to its cap, else
-// the backoff.
-func (c *call) wait(n int, hint time.Duration) time.Duration {
-	if hint >= 0 {
-		return min(hint, c.t.cfg.retryAfterCap)
+// the backoff. In-progress polls, which the attempt limit does not bound,
+// are at least the backoff base apart.
+func (c *call) wait(n int, hint time.Duration, inProgress bool) time.Duration {
+	if hint < 0 {
+		return c.t.backoff(n)
 	}
-	return c.t.backoff(n)
+	d := min(hint, c.t.cfg.retryAfterCap)
+	if inProgress {
+		d = max(d, c.t.cfg.backoffBase)
+	}
+	return d
 }
 
-// allowed reports whether attempt n+1 may follow after wait: the body can
-// be replayed, and neither the attempt limit, the budget nor the
+// allowed reports whether another attempt may follow after wait: the body
+// can be replayed, and neither the attempt limit, the budget nor the
 // context's deadline would be passed.
-func (c *call) allowed(n int, wait time.Duration) bool {
-	if c.body.get == nil || n >= c.t.cfg.maxAttempts || c.ctx.Err() != nil {
+func (c *call) allowed(wait time.Duration) bool {
+	if c.body.get == nil || c.spent >= c.t.cfg.maxAttempts || c.ctx.Err() != nil {
 		return false
 	}
 	at := time.Now().Add(wait)

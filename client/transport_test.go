@@ -677,3 +677,50 @@ func TestNilResponseBody(t *testing.T) {
 		t.Errorf("body %q %v", b, err)
 	}
 }
+
+// TestInProgressNotCounted waits out a key held by a crashed server's
+// claim: in-progress 409s do not count toward the attempt limit, which
+// still bounds the other failures; the budget bounds both.
+func TestInProgressNotCounted(t *testing.T) {
+	t.Run("a lease longer than the attempts", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var steps []step
+			for range 12 {
+				steps = append(steps, conflict("1"))
+			}
+			srv := &fakeServer{steps: append([]step{drop}, steps...)}
+			tr := newTransport(t, pipeServer(t, srv))
+			start := time.Now()
+			resp, body, err := post(t, t.Context(), tr, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, _ := ResultOf(resp); resp.StatusCode != 201 || body != "created" || r.Attempts != 14 {
+				t.Errorf("got %d %q after %d attempts, want 201 after 14", resp.StatusCode, body, r.Attempts)
+			}
+			if d := time.Since(start); d != 100*time.Millisecond+12*time.Second {
+				t.Errorf("took %v, want the backoff and 12 Retry-After waits", d)
+			}
+		})
+	})
+	t.Run("failures still count", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			busy := answer(503, "", "down", "0")
+			srv := &fakeServer{steps: []step{busy, busy, conflict("0"), conflict("0"), conflict("0"), busy, busy, busy}}
+			tr := newTransport(t, pipeServer(t, srv))
+			start := time.Now()
+			resp, body, err := post(t, t.Context(), tr, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, _ := ResultOf(resp); resp.StatusCode != 503 || body != "down" || r.Attempts != 8 {
+				t.Errorf("got %d %q after %d attempts, want the fifth 503 after 8", resp.StatusCode, body, r.Attempts)
+			}
+			// Retry-After: 0 on an in-progress 409 still waits the
+			// backoff base, three times.
+			if d := time.Since(start); d != 300*time.Millisecond {
+				t.Errorf("took %v, want 300ms", d)
+			}
+		})
+	})
+}
