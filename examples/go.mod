@@ -8,6 +8,7 @@ require (
 	github.com/idemkit/idem/adapters/chi v0.0.0
 	github.com/idemkit/idem/adapters/echo v0.0.0
 	github.com/idemkit/idem/adapters/gin v0.0.0
+	github.com/idemkit/idem/client v0.0.0
 	github.com/idemkit/idem/conformance v0.0.0
 	github.com/idemkit/idem/core v0.0.0
 	github.com/idemkit/idem/otel v0.0.0
@@ -84,6 +85,7 @@ replace (
 	github.com/idemkit/idem/adapters/chi => ../adapters/chi
 	github.com/idemkit/idem/adapters/echo => ../adapters/echo
 	github.com/idemkit/idem/adapters/gin => ../adapters/gin
+	github.com/idemkit/idem/client => ../client
 	github.com/idemkit/idem/conformance => ../conformance
 	github.com/idemkit/idem/core => ../core
 	github.com/idemkit/idem/otel => ../otel

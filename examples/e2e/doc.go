@@ -2,5 +2,7 @@
 // built, started as a real process on a loopback port, and driven over
 // HTTP, on the memory store and, when the servers are reachable, on Redis
 // and PostgreSQL, including two processes sharing one store, a process
-// killed mid-request, and a store that goes away and comes back.
+// killed mid-request, and a store that goes away and comes back. The
+// client tests send requests through idemclient over a fault proxy
+// (examples/internal/flaky) and across a killed process.
 package e2e

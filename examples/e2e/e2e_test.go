@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 		"github.com/idemkit/idem/examples/gin",
 		"github.com/idemkit/idem/examples/echo",
 		"github.com/idemkit/idem/examples/loadgen",
+		"github.com/idemkit/idem/examples/client",
 	)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

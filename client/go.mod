@@ -1,0 +1,3 @@
+module github.com/idemkit/idem/client
+
+go 1.26

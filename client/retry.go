@@ -1,0 +1,158 @@
+package idemclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// maxPeek is how much of a 409 body is read to tell an in-progress
+// conflict from the application's own; maxDrain is how much of a discarded
+// response is read so its connection can be reused.
+const (
+	maxPeek  = 4 << 10
+	maxDrain = 4 << 10
+)
+
+// InProgress is the default in-progress test (see WithInProgress). It
+// reports whether body, the start of a 409 response's body, is JSON that
+// says a request with the same key is still running: a problem whose
+// "type" ends in "#conflict" or "/conflict" (idem's, whatever its
+// configured base), or an "error" object whose "code" is
+// "idempotency_key_in_use" (Stripe's).
+func InProgress(_ *http.Response, body []byte) bool {
+	var doc struct {
+		Type  json.RawMessage `json:"type"`
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &doc) != nil {
+		return false
+	}
+	var typ string
+	if json.Unmarshal(doc.Type, &typ) == nil && (strings.HasSuffix(typ, "#conflict") || strings.HasSuffix(typ, "/conflict")) {
+		return true
+	}
+	var e struct {
+		Code string `json:"code"`
+	}
+	return json.Unmarshal(doc.Error, &e) == nil && e.Code == "idempotency_key_in_use"
+}
+
+// retryableStatus reports whether a response with this status may be
+// retried: 409 only when it is in progress (decided by the caller).
+func retryableStatus(code int) bool {
+	switch code {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// retryableError reports whether an attempt that failed with err may be
+// retried: the connection was refused, reset or closed before the
+// response, or the response headers did not come in time. It never is
+// once the request's own context has ended.
+func retryableError(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || connErrno(err) {
+		return true
+	}
+	t, ok := errors.AsType[timeouter](err)
+	return ok && t.Timeout()
+}
+
+// parseRetryAfter returns the wait a Retry-After value asks for: a number
+// of seconds, or an HTTP-date measured from date (the response's Date, so
+// that clock skew does not matter) or, without one, from now. A date in
+// the past means 0. ok is false for a value that is neither.
+func parseRetryAfter(v, date string, now time.Time) (d time.Duration, ok bool) {
+	v = strings.Trim(v, " \t")
+	if v == "" {
+		return 0, false
+	}
+	if digits(v) {
+		const maxSecs = int64(1<<63-1) / int64(time.Second)
+		var n int64
+		for i := 0; i < len(v); i++ {
+			n = n*10 + int64(v[i]-'0')
+			if n > maxSecs {
+				return time.Duration(maxSecs) * time.Second, true
+			}
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	if ref, err := http.ParseTime(strings.Trim(date, " \t")); err == nil {
+		now = ref
+	}
+	return max(at.Sub(now), 0), true
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// backoff returns the wait before retry n (1 for the first retry) when the
+// answer has no Retry-After: full jitter over base·2^(n-1), capped.
+func (t *Transport) backoff(n int) time.Duration {
+	d := t.cfg.backoffBase
+	for i := 1; i < n && d < t.cfg.backoffCap; i++ {
+		d *= 2
+	}
+	return t.jitter(min(d, t.cfg.backoffCap))
+}
+
+// fullJitter returns a uniformly random duration in [0, d].
+func fullJitter(d time.Duration) time.Duration { return rand.N(d + 1) }
+
+// peek reads up to maxPeek bytes of resp's body and puts them back in front
+// of the rest, so that the caller still gets the whole body.
+func peek(resp *http.Response) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxPeek))
+	resp.Body = &peekedBody{Reader: io.MultiReader(bytes.NewReader(b), resp.Body), Closer: resp.Body}
+	return b, err
+}
+
+type peekedBody struct {
+	io.Reader
+	io.Closer
+}
+
+// discard drains a little of a response the caller will not see, so the
+// connection can be reused, and closes it.
+func discard(resp *http.Response) {
+	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
+	_ = resp.Body.Close()
+}
+
+// sleep waits d or until ctx ends, whichever is first, and returns ctx's
+// error in the second case.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
