@@ -8,18 +8,17 @@ import (
 )
 
 // Middleware returns Echo v5 middleware that protects the routes it wraps
-// with the engine's policy and opts. Mount it with Echo.Use (naming routes
-// in opts with [idem.ForRoute] and Echo's syntax, "/orders/:id"), or as
-// group or route middleware with those routes' options; not both on one
-// route, and never with Echo.Pre, where no route is known yet.
+// with the engine's policy and opts, scoping keys by the matched route's
+// template (c.RouteInfo().Path). Mount it once on the way to each route,
+// after middleware.Recover: with Use, on a group or on a route, not Pre.
 //
-// Keys are scoped by the template of the route Echo matched
-// (c.RouteInfo().Path). Requests the router answers itself (404, 405),
-// requests that reach a not-found route (Echo.RouteNotFound, a group's
-// catch-all) and methods the engine does not protect go to the next
-// handler untouched. A protected handler's error is rendered inside by
-// Echo's HTTPErrorHandler, so the error page is what is stored and
-// replayed. Mount middleware.Recover before it. See the package doc.
+//	e.Use(middleware.Recover(), idemechov5.Middleware(engine,
+//		idem.ForRoute("POST", "/search", idem.Optional())))
+//
+// The router's 404 and 405, not-found routes and methods the engine does
+// not protect pass through untouched. A protected handler's error is
+// rendered inside by Echo's HTTPErrorHandler, so the page is what is
+// stored and replayed. See the package doc.
 func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
 	p := e.Policy(opts...)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
