@@ -49,6 +49,7 @@ var routingCases = []routingCase{
 	{"per route", styleRoute, "P/orders|G/orders|A/any", "P/orders|A/orders|A/any|P/nope"},
 	{"Any", styleGlobal, "A/any|P/any/:id|A/*", "A/any|P/any|P/any/1|A/any/1|P/x/y"},
 	{"the router's own Add", styleGlobal, "R/raw|R/raw/:id", "P/raw|A/raw|P/raw/1"},
+	{"the router's own Add on a not-found route's template", styleGlobal, "N/a/:x|R/a/:x", "P/a/0|A/a/0"}, // beyond v4's adapter
 	{"routes added later", styleGlobal, "N/*|G/late|P/late|P/later/*", "P/late|P/later/x|A/late"},
 	{"routes added later to a group", styleGroup, "G/late|P/late|P/later/:id", "P/g/late|P/g/later/1"},
 	{"virtual host", styleHost, "P/orders|N/*|G/counter", "P/orders|P/orders|P/else|P/else|P/counter|P/counter"},
