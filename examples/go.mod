@@ -7,6 +7,7 @@ require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/idemkit/idem/adapters/chi v0.0.0
 	github.com/idemkit/idem/adapters/echo v0.0.0
+	github.com/idemkit/idem/adapters/echov5 v0.0.0
 	github.com/idemkit/idem/adapters/gin v0.0.0
 	github.com/idemkit/idem/client v0.0.0
 	github.com/idemkit/idem/conformance v0.0.0
@@ -17,6 +18,7 @@ require (
 	github.com/idemkit/idem/stores/redis v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labstack/echo/v4 v4.16.0
+	github.com/labstack/echo/v5 v5.4.4
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
@@ -84,6 +86,7 @@ require (
 replace (
 	github.com/idemkit/idem/adapters/chi => ../adapters/chi
 	github.com/idemkit/idem/adapters/echo => ../adapters/echo
+	github.com/idemkit/idem/adapters/echov5 => ../adapters/echov5
 	github.com/idemkit/idem/adapters/gin => ../adapters/gin
 	github.com/idemkit/idem/client => ../client
 	github.com/idemkit/idem/conformance => ../conformance

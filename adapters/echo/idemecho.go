@@ -3,7 +3,6 @@ package idemecho
 import (
 	"maps"
 	"net/http"
-	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -37,9 +36,11 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
 			if !e.Protects(r.Method) {
 				return next(c)
 			}
+			// Echo's router leaves the path empty on a 404 and sets the
+			// Allow methods only on a 405 (as middleware.CORS reads them).
 			route := c.Path()
-			if route == "" || routerAnswer(c.Handler()) || !known.matched(c.Echo(), r, route) {
-				return next(c) // 404 or 405: not ours to answer
+			if route == "" || c.Get(echo.ContextKeyHeaderAllow) != nil || !known.matched(c.Echo(), r, route) {
+				return next(c) // 404, 405 or a not-found route: not ours to answer
 			}
 			resp := c.Response()
 			defer func() {
@@ -86,22 +87,14 @@ func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// routerAnswer reports whether h is the handler Echo's router sets when no
-// route matched the path (404) or none matched the method (405).
-func routerAnswer(h echo.HandlerFunc) bool {
-	p := reflect.ValueOf(h).Pointer()
-	return p == reflect.ValueOf(echo.NotFoundHandler).Pointer() ||
-		p == reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer()
-}
-
-// routeSet tells the routes Echo matched from its not-found routes.
-// c.Path() alone cannot: a not-found route (Echo.RouteNotFound, or the
-// catch-all that a group with middleware adds) runs the middleware with
-// its own template, such as "/api/*", and so does a request whose method
-// has no route where the path has such a catch-all. A template is a
-// matched route when Echo's route table has it for the request's method,
-// and when the table names it for no method at all (a route added with
-// Router.Add): then the request is protected rather than let through.
+// routeSet tells the routes Echo matched from its not-found routes
+// (Echo.RouteNotFound, and the catch-all a group with middleware adds),
+// which Echo v4's context cannot: both give c.Path() a template and
+// c.Handler() the same closure of Echo's, so only the route table knows.
+// A template is a matched route when the table has it for the request's
+// method, and when the table names it for no method at all (a route added
+// with Router.Add): then the request is protected rather than let through
+// (unless a not-found route has the same template: that one passes).
 // Echo never removes a route, so a matched triple is remembered and read
 // without locks; any other is looked up each time, so a route added later
 // is protected from its first request on.

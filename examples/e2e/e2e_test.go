@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 		"github.com/idemkit/idem/examples/chi",
 		"github.com/idemkit/idem/examples/gin",
 		"github.com/idemkit/idem/examples/echo",
+		"github.com/idemkit/idem/examples/echov5",
 		"github.com/idemkit/idem/examples/loadgen",
 		"github.com/idemkit/idem/examples/client",
 	)
@@ -178,7 +179,7 @@ func randomName() string {
 // --- the memory store -----------------------------------------------------
 
 func TestFixtureEveryFramework(t *testing.T) {
-	for _, fw := range []string{"gin", "echo", "chi", "nethttp"} {
+	for _, fw := range []string{"gin", "echo", "echov5", "chi", "nethttp"} {
 		t.Run(fw, func(t *testing.T) {
 			t.Parallel()
 			p := start(t, "fixture", "-framework", fw)
@@ -230,7 +231,7 @@ func TestFixtureBadFlags(t *testing.T) {
 }
 
 func TestOrdersExamples(t *testing.T) {
-	for _, ex := range []string{"nethttp", "chi", "gin", "echo"} {
+	for _, ex := range []string{"nethttp", "chi", "gin", "echo", "echov5"} {
 		t.Run(ex, func(t *testing.T) {
 			t.Parallel()
 			checkOrders(t, start(t, ex))
@@ -375,7 +376,7 @@ func TestSharedStores(t *testing.T) {
 	for _, store := range []string{"redis", "postgres"} {
 		t.Run(store, func(t *testing.T) {
 			t.Run("orders examples", func(t *testing.T) {
-				for _, ex := range []string{"chi", "gin", "echo", "nethttp"} {
+				for _, ex := range []string{"chi", "gin", "echo", "echov5", "nethttp"} {
 					checkOrders(t, start(t, ex, storeArgs(t, store)...))
 				}
 			})

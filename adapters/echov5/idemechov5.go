@@ -1,0 +1,97 @@
+package idemechov5
+
+import (
+	"net/http"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/labstack/echo/v5"
+)
+
+// Middleware returns Echo v5 middleware that protects the routes it wraps
+// with the engine's policy and opts, scoping keys by the matched route's
+// template (c.RouteInfo().Path). Mount it once on the way to each route,
+// after middleware.Recover: with Use, on a group or on a route, not Pre.
+//
+//	e.Use(middleware.Recover(), idemechov5.Middleware(engine,
+//		idem.ForRoute("POST", "/search", idem.Optional())))
+//
+// The router's 404 and 405, not-found routes and methods the engine does
+// not protect pass through untouched. A protected handler's error is
+// rendered inside by Echo's HTTPErrorHandler, so the page is what is
+// stored and replayed. See the package doc.
+func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
+	p := e.Policy(opts...)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c *echo.Context) error {
+			if !e.Protects(c.Request().Method) {
+				return next(c)
+			}
+			ri := c.RouteInfo()
+			if !matched(ri) {
+				return next(c) // the router's 404 or 405, or a not-found route
+			}
+			return serve(p, c, next, ri.Path)
+		}
+	}
+}
+
+// matched reports whether ri, the RouteInfo Echo's router gave the request,
+// names a route of its own: the router's 404 and 405 answers have no
+// method, and a not-found route has RouteNotFound for one.
+func matched(ri echo.RouteInfo) bool {
+	return ri.Method != "" && ri.Method != echo.RouteNotFound
+}
+
+func serve(p *idem.Policy, c *echo.Context, next echo.HandlerFunc, route string) error {
+	r, resp := c.Request(), c.Response()
+	defer func() {
+		c.SetRequest(r)
+		c.SetResponse(resp)
+	}()
+	b := &bridge{c: c, next: next}
+	b.out.ResponseWriter = resp
+	// Serve writes its own answers (replays, problems) and the captured
+	// response through resp, so the *echo.Response under it describes
+	// what the client got.
+	p.Serve(&b.out, r, route, b)
+	return b.err
+}
+
+// bridge is the handler Serve runs: the rest of the Echo chain, reading
+// the request and writing to the writer Serve gives it.
+type bridge struct {
+	c    *echo.Context
+	next echo.HandlerFunc
+	out  passWriter    // the context's response, as Serve got it
+	own  echo.Response // the handler's response, over Serve's writer
+	err  error         // the chain's error when it ran unprotected
+}
+
+// passWriter is the writer the middleware found in the context, wrapped so
+// that ServeHTTP knows it by address when Serve hands it back.
+type passWriter struct{ http.ResponseWriter }
+
+// Unwrap lets http.ResponseController and echo.UnwrapResponse through.
+func (w *passWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := b.c
+	c.SetRequest(r) // its body is the one Serve read and replaced
+	if pw, ok := w.(*passWriter); ok && pw == &b.out {
+		// Not protected (an optional key that is absent, a skipped
+		// route, an outer middleware that protects it): the chain runs
+		// as if this middleware were not there, errors included.
+		b.err = b.next(c)
+		return
+	}
+	// The handler gets an *echo.Response of its own over w, found first
+	// by echo.UnwrapResponse, so its Committed, Status and Size follow
+	// what it wrote into the capture while the context's response stays
+	// unwritten until Serve sends.
+	b.own = *echo.NewResponse(w, c.Logger())
+	b.own.Status = http.StatusOK // as Echo's own, reset for each request
+	c.SetResponse(&b.own)
+	if err := b.next(c); err != nil {
+		c.Echo().HTTPErrorHandler(c, err) // the error page is what gets captured
+	}
+}

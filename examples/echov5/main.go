@@ -1,0 +1,53 @@
+// Command echov5 serves the orders API on Echo v5, with idem's middleware
+// mounted once for every route.
+//
+//	go run ./examples/echov5             # memory store, 127.0.0.1:8080
+//	go run ./examples/echov5 -store postgres
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"os"
+
+	"github.com/labstack/echo/v5"
+	"github.com/labstack/echo/v5/middleware"
+
+	idemechov5 "github.com/idemkit/idem/adapters/echov5"
+	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/examples/internal/app"
+	"github.com/idemkit/idem/examples/internal/orders"
+)
+
+func main() {
+	flags := app.ParseOrders("echov5", nil)
+	ctx := context.Background()
+	store, closeStore := flags.Store.MustOpen(ctx)
+	defer closeStore()
+	engine, err := idem.New(store)
+	if err != nil {
+		app.Fatal(err, false)
+	}
+
+	svc := orders.New()
+	e := echo.New()
+	e.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)) // stdout carries only the "listening on" line
+	e.Use(middleware.Recover())
+	e.Use(idemechov5.Middleware(engine)) // POST and PATCH need an Idempotency-Key
+	e.POST("/orders", handle(func(w http.ResponseWriter, r *http.Request, _ orders.Param) { svc.Create(w, r) }))
+	e.GET("/orders", handle(func(w http.ResponseWriter, r *http.Request, _ orders.Param) { svc.List(w, r) }))
+	e.GET("/orders/:id", handle(svc.Get))
+	e.POST("/orders/:id/payments", handle(svc.Pay))
+
+	if err := app.Serve(ctx, flags.Addr, e); err != nil {
+		app.Fatal(err, false)
+	}
+}
+
+func handle(h func(http.ResponseWriter, *http.Request, orders.Param)) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		h(c.Response(), c.Request(), c.Param)
+		return nil
+	}
+}
