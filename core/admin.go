@@ -75,8 +75,6 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	scope := Scope(ns, method, route)
-	ctx := storeContext(r.Context(), e.cfg.storeTimeout, false)
-	defer ctx.release()
 
 	if r.Method == http.MethodDelete {
 		d, ok := e.store.(Deleter)
@@ -84,11 +82,11 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 			e.writeProblem(w, problemAdminUnsupported, "This store cannot delete records (it does not implement idem.Deleter).", 0)
 			return
 		}
-		t := time.Now()
+		ctx := e.storeCall(r.Context(), false)
 		deleted, err := d.Delete(ctx, scope, key)
-		e.observeStore(ctx, StoreDelete, time.Since(t), err)
+		e.endCall(ctx, StoreDelete, err, nil)
 		if err != nil {
-			e.writeProblem(w, problemStore, "Deleting the record failed: "+err.Error(), e.retryAfterSecs(0))
+			e.writeProblem(w, problemStore, "Deleting the record failed: "+err.Error(), seconds(e.retryAfter(0)))
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]bool{"deleted": deleted})
@@ -100,11 +98,11 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		e.writeProblem(w, problemAdminUnsupported, "This store cannot look records up (it does not implement idem.Getter).", 0)
 		return
 	}
-	t := time.Now()
+	ctx := e.storeCall(r.Context(), false)
 	rec, found, err := g.Get(ctx, scope, key, e.cfg.clock())
-	e.observeStore(ctx, StoreGet, time.Since(t), err)
+	e.endCall(ctx, StoreGet, err, nil)
 	if err != nil {
-		e.writeProblem(w, problemStore, "Looking the record up failed: "+err.Error(), e.retryAfterSecs(0))
+		e.writeProblem(w, problemStore, "Looking the record up failed: "+err.Error(), seconds(e.retryAfter(0)))
 		return
 	}
 	out := AdminRecord{Found: found, Namespace: ns, Method: method, Route: route}

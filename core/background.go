@@ -179,9 +179,9 @@ var errLeaseOver = errors.New("idem: the store did not take the release before t
 func (b *background) try(t *task) (done bool, err error) {
 	e := b.e
 	if t.kind == taskRelease {
-		err = e.call(t.ctx, StoreRelease, &t.ev.Finish, func(ctx context.Context) error {
-			return e.store.Release(ctx, t.scope, t.key, t.token)
-		})
+		ctx := e.storeCall(t.ctx, true)
+		err = e.store.Release(ctx, t.scope, t.key, t.token)
+		e.endCall(ctx, StoreRelease, err, &t.ev.Finish)
 		if err == nil || errors.Is(err, ErrLeaseLost) {
 			return true, nil // released, or nothing held: either way free
 		}
@@ -190,9 +190,9 @@ func (b *background) try(t *task) (done bool, err error) {
 	now := e.cfg.clock()
 	if e.extender != nil && now.After(t.leaseEnd.Add(-t.lease/3)) {
 		// Keep the claim alive, so a retry meanwhile waits for the replay.
-		err := e.call(t.ctx, StoreExtend, &t.ev.Finish, func(ctx context.Context) error {
-			return e.extender.Extend(ctx, t.scope, t.key, t.token, now, now.Add(t.lease))
-		})
+		ctx := e.storeCall(t.ctx, true)
+		err := e.extender.Extend(ctx, t.scope, t.key, t.token, now, now.Add(t.lease))
+		e.endCall(ctx, StoreExtend, err, &t.ev.Finish)
 		switch {
 		case err == nil:
 			t.leaseEnd = now.Add(t.lease)
@@ -200,9 +200,9 @@ func (b *background) try(t *task) (done bool, err error) {
 			return true, b.lost(t, err)
 		}
 	}
-	err = e.call(t.ctx, StoreComplete, &t.ev.Finish, func(ctx context.Context) error {
-		return e.store.Complete(ctx, t.scope, t.key, t.token, t.resp, now, now.Add(t.retention))
-	})
+	ctx := e.storeCall(t.ctx, true)
+	err = e.store.Complete(ctx, t.scope, t.key, t.token, t.resp, now, now.Add(t.retention))
+	e.endCall(ctx, StoreComplete, err, &t.ev.Finish)
 	switch {
 	case err == nil:
 		return true, nil
@@ -221,13 +221,9 @@ func (b *background) lost(t *task, err error) error {
 	if !ok {
 		return err
 	}
-	var rec Record
-	var found bool
-	gerr := e.call(t.ctx, StoreGet, &t.ev.Finish, func(ctx context.Context) error {
-		var err error
-		rec, found, err = g.Get(ctx, t.scope, t.key, e.cfg.clock())
-		return err
-	})
+	ctx := e.storeCall(t.ctx, true)
+	rec, found, gerr := g.Get(ctx, t.scope, t.key, e.cfg.clock())
+	e.endCall(ctx, StoreGet, gerr, &t.ev.Finish)
 	if gerr == nil && found && rec.State == StateCompleted && rec.Fingerprint == t.fingerprint &&
 		rec.Response != nil && rec.Response.Status == t.resp.Status && len(rec.Response.Body) == len(t.resp.Body) {
 		return nil

@@ -27,8 +27,7 @@ type capture struct {
 	header   http.Header // the handler's headers, frozen once the status is written
 	late     http.Header // what Header returns after the status was written
 	buf      *bytes.Buffer
-	run      *run
-	tx       Tx   // the exactly-once transaction, if any
+	x        *exchange
 	direct   bool // committed: writes go to w
 	discard  bool // a failed commit was answered: writes fail
 	hijacked bool
@@ -186,7 +185,7 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	if !c.hijacked {
 		c.hijacked = true
-		c.run.onHijack(c)
+		c.x.onHijack()
 	}
 	return conn, rw, nil
 }
@@ -241,7 +240,7 @@ func (c *capture) sniff() {
 func (c *capture) startStreaming() {
 	c.direct = true
 	c.sniff()
-	if !c.run.commitStream(c) {
+	if !c.x.commitStream() {
 		c.discard = true
 		return
 	}
@@ -263,8 +262,8 @@ func (c *capture) sendHead(length int) {
 		h[k] = v[:len(v):len(v)] // an append outside must not reach the stored slice
 	}
 	if length >= 0 && bodyAllowed(c.status) && len(h["Content-Length"]) == 0 && len(h["Transfer-Encoding"]) == 0 && len(h["Trailer"]) == 0 {
-		c.run.cl[0] = strconv.Itoa(length)
-		h["Content-Length"] = c.run.cl[:]
+		c.x.cl[0] = strconv.Itoa(length)
+		h["Content-Length"] = c.x.cl[:]
 	}
 	c.w.WriteHeader(c.status)
 }

@@ -11,7 +11,34 @@
 // An [Engine] holds the policy and talks to a [Store], which does everything
 // that must be atomic. [Engine.Middleware] is a plain net/http middleware
 // that scopes keys by the ServeMux pattern; the adapters for Gin, Echo and
-// Chi wrap [Engine.Serve].
+// Chi wrap [Engine.Serve]. [Engine.Do] runs any other operation (a message
+// to consume, a job, an RPC: the gRPC interceptors in adapters/grpc use it)
+// through the same lifecycle: claim the key, check the fingerprint, answer
+// a conflict or wait, keep the claim alive while the work runs, then
+// complete or release, and replay to retries.
+//
+// # Outcomes
+//
+// Each transport maps the lifecycle's outcomes (Event.Outcome) to its own
+// protocol:
+//
+//	outcome                  HTTP middleware            gRPC (idemgrpc)            Engine.Do
+//	executed                 the handler's response     the handler's response     fn's value
+//	replayed, after a wait   stored response and        stored response, header    stored value,
+//	                         Idempotent-Replayed: true  idempotency-replayed: true replayed true
+//	conflict, wait_timeout   409 and Retry-After        Aborted and RetryInfo      *RetryError, ErrInFlight
+//	fingerprint_mismatch     422                        FailedPrecondition         ErrMismatch
+//	missing_key (required)   400                        InvalidArgument            (not applicable)
+//	invalid_key              400                        InvalidArgument            ErrInvalidKey
+//	body_too_large           413                        (not applicable)           (not applicable)
+//	store_failure            503 and Retry-After        Unavailable and RetryInfo  *RetryError, ErrStoreFailure
+//	released                 the 5xx or 429 sent        the error status sent      fn's error
+//	a failed exactly-once    500                        Unavailable and RetryInfo  *RetryError, ErrStoreFailure
+//	commit
+//
+// What is stored rather than released: in HTTP every status but 5xx and
+// 429 ([WithReleaseRule]); in gRPC the codes its options name final; in Do
+// an error marked with [Final].
 //
 // # Recovery
 //

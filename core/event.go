@@ -86,14 +86,16 @@ func (o Outcome) Background() bool {
 }
 
 // Event describes one request the engine saw. The observer gets exactly one
-// per request with a protected method (POST and PATCH by default), after the response is written (or, for a panic, before the
-// panic continues).
+// per request with a protected method (POST and PATCH by default) and per
+// Engine.Do call, once it is answered (or, for a panic, before the panic
+// goes on), and one per background task (Outcome.Background).
 type Event struct {
 	Outcome Outcome
-	// Method and Route are the request method and route template.
+	// Method and Route are the request method and route template; for an
+	// operation run with Engine.Do, its Op.Kind and Op.Name.
 	Method, Route string
 	// Status is the status code sent to the client (0 after a hijack or
-	// panic).
+	// panic, and for Engine.Do).
 	Status int
 	// Total is the time spent from the engine's start to the end of the
 	// response; Handler the part of it spent in the handler.

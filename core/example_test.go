@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -28,7 +29,7 @@ func (s *mapStore) Claim(_ context.Context, c idem.Claim) (idem.ClaimResult, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := [2]string{c.Scope, c.Key}
-	if r, ok := s.recs[k]; ok && c.Now.Before(r.rec.ExpiresAt) {
+	if r, ok := s.recs[k]; ok && !r.rec.Takeable(c.Now) {
 		cp := r.rec
 		return idem.ClaimResult{Existing: &cp}, nil
 	}
@@ -138,4 +139,65 @@ func ExampleForRoute() {
 		idem.ForRoute("POST", "/search", idem.Optional()),
 		idem.ForRoute("POST", "/webhooks/{source}", idem.Skip()),
 	)(mux)
+}
+
+// Do runs an operation once per key, for any transport: here a message
+// consumer that sees one message twice.
+func ExampleEngine_Do() {
+	engine, _ := idem.New(&mapStore{recs: map[[2]string]*storedRec{}})
+	charges := 0
+	consume := func(msgID string, data []byte) {
+		op := idem.Op{Kind: "queue", Name: "payments", Key: msgID, Fingerprint: idem.Fingerprint("queue", "payments", data)}
+		v, replayed, err := engine.Do(context.Background(), op, func(ctx context.Context) ([]byte, error) {
+			charges++
+			return fmt.Appendf(nil, "charge %d", charges), nil
+		})
+		var retry *idem.RetryError
+		switch {
+		case errors.As(err, &retry):
+			fmt.Println("redeliver in", retry.After) // in flight elsewhere, or the store failed
+		case err != nil:
+			fmt.Println("error:", err)
+		default:
+			fmt.Printf("%s replayed=%v\n", v, replayed)
+		}
+	}
+	consume("msg-1", []byte(`{"amount":10}`))
+	consume("msg-1", []byte(`{"amount":10}`)) // a redelivery
+	consume("msg-1", []byte(`{"amount":99}`)) // the same id on another message
+	// Output:
+	// charge 1 replayed=false
+	// charge 1 replayed=true
+	// error: idem: the key was already used with a different request
+}
+
+func ExampleDoJSON() {
+	engine, _ := idem.New(&mapStore{recs: map[[2]string]*storedRec{}})
+	type receipt struct{ ID string }
+	op := idem.Op{Kind: "job", Name: "invoice", Key: "2026-12", Fingerprint: "monthly"}
+	for range 2 {
+		r, replayed, err := idem.DoJSON(context.Background(), engine, op, func(ctx context.Context) (receipt, error) {
+			return receipt{ID: "inv_1"}, nil
+		})
+		fmt.Println(r.ID, replayed, err)
+	}
+	// Output:
+	// inv_1 false <nil>
+	// inv_1 true <nil>
+}
+
+// A final error is stored like a result: every retry gets it back, and
+// the operation does not run again.
+func ExampleFinal() {
+	engine, _ := idem.New(&mapStore{recs: map[[2]string]*storedRec{}})
+	op := idem.Op{Kind: "job", Name: "charge", Key: "order-7", Fingerprint: "order-7"}
+	for range 2 {
+		_, replayed, err := engine.Do(context.Background(), op, func(ctx context.Context) ([]byte, error) {
+			return nil, idem.Final(errors.New("card declined"))
+		})
+		fmt.Println(err, replayed)
+	}
+	// Output:
+	// card declined false
+	// card declined true
 }

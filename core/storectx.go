@@ -13,6 +13,7 @@ import (
 type storeCtx struct {
 	parent   context.Context
 	deadline time.Time
+	began    time.Time
 	detached bool // after the handler: the client's hang-up does not cancel
 
 	once   sync.Once
@@ -31,7 +32,32 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // storeContext returns a context for one store call that ends after
 // timeout. Call cancel when the call returns.
 func storeContext(parent context.Context, timeout time.Duration, detached bool) *storeCtx {
-	return &storeCtx{parent: parent, deadline: time.Now().Add(timeout), detached: detached}
+	now := time.Now()
+	return &storeCtx{parent: parent, began: now, deadline: now.Add(timeout), detached: detached}
+}
+
+// storeCall starts one timed store call: its context ends after the store
+// timeout, and, unless detached, with parent. Every store call the engine
+// makes is storeCall, the call, endCall:
+//
+//	ctx := e.storeCall(parent, false)
+//	res, err := e.store.Claim(ctx, c)
+//	e.endCall(ctx, StoreClaim, err, &ev.Claim)
+func (e *Engine) storeCall(parent context.Context, detached bool) *storeCtx {
+	return storeContext(parent, e.cfg.storeTimeout, detached)
+}
+
+// endCall ends a call started with storeCall: it tells the store observer
+// and adds the call's time to *took, when took is not nil.
+func (e *Engine) endCall(ctx *storeCtx, op StoreOp, err error, took *time.Duration) {
+	d := time.Since(ctx.began)
+	if took != nil {
+		*took += d
+	}
+	if e.cfg.storeObserver != nil {
+		e.cfg.storeObserver(ctx, op, d, err)
+	}
+	ctx.release()
 }
 
 func (c *storeCtx) Deadline() (time.Time, bool) {

@@ -1,0 +1,131 @@
+package idem
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// beats is the engine's heartbeat: one timer, armed while flights are in
+// the air, that extends each flight's claim every third of its lease. A
+// flight joins when its run begins and leaves when it settles; a flight
+// shorter than a beat costs a lock and a few pointer writes, and no
+// Extend. The timer disarms itself at its first tick with no flight left,
+// so a steady stream of short requests arms it once per period, and no
+// goroutine outlives the last flight (a testing/synctest bubble ends
+// cleanly).
+type beats struct {
+	e      *Engine
+	mu     sync.Mutex
+	head   *flight // a doubly linked list through beatState
+	timer  *time.Timer
+	period time.Duration
+	fire   func() // b.tick, bound once
+}
+
+// beatState is a flight's place in the heartbeat.
+type beatState struct {
+	prev, next *flight
+	in         bool
+	every      time.Duration
+	due        time.Time // wall clock
+	busy       bool      // an Extend is running
+}
+
+// add puts f in the heartbeat, when the engine has one.
+func (b *beats) add(f *flight) {
+	e := b.e
+	if !e.cfg.beat {
+		return
+	}
+	every := f.lease / 3
+	if e.cfg.heartbeat > 0 {
+		every = min(e.cfg.heartbeat, every)
+	}
+	every = max(every, time.Millisecond)
+	period := max(every/2, time.Millisecond)
+	now := time.Now()
+	b.mu.Lock()
+	f.beat = beatState{next: b.head, in: true, every: every, due: now.Add(every)}
+	if b.head != nil {
+		b.head.beat.prev = f
+	}
+	b.head = f
+	switch {
+	case b.timer == nil:
+		if b.fire == nil {
+			b.fire = b.tick
+		}
+		b.period = period
+		b.timer = time.AfterFunc(period, b.fire)
+	case period < b.period:
+		b.period = period
+		b.timer.Reset(period)
+	}
+	b.mu.Unlock()
+}
+
+// remove takes f out of the heartbeat. An Extend already running for f may
+// still finish: a beat after the record settled finds it completed or
+// gone and changes nothing.
+func (b *beats) remove(f *flight) {
+	if !b.e.cfg.beat {
+		return
+	}
+	b.mu.Lock()
+	if f.beat.in {
+		if f.beat.prev != nil {
+			f.beat.prev.beat.next = f.beat.next
+		} else {
+			b.head = f.beat.next
+		}
+		if f.beat.next != nil {
+			f.beat.next.beat.prev = f.beat.prev
+		}
+		f.beat.prev, f.beat.next, f.beat.in = nil, nil, false
+	}
+	b.mu.Unlock()
+}
+
+// tick starts an Extend for each flight whose beat is due, and arms the
+// timer again while flights remain.
+func (b *beats) tick() {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.head == nil {
+		b.timer = nil // disarmed: the next flight arms a new one
+		return
+	}
+	for f := b.head; f != nil; f = f.beat.next {
+		if !f.beat.busy && !now.Before(f.beat.due) {
+			f.beat.busy = true
+			f.beat.due = now.Add(f.beat.every)
+			go b.extend(f)
+		}
+	}
+	b.timer.Reset(b.period)
+}
+
+// extend moves f's lease end; a claim found lost is marked, and f is not
+// beaten again.
+func (b *beats) extend(f *flight) {
+	e := b.e
+	now := e.cfg.clock()
+	ctx := e.storeCall(f.ctx, true)
+	err := e.extender.Extend(ctx, f.scope, f.key, f.token, now, now.Add(f.lease))
+	e.endCall(ctx, StoreExtend, err, nil)
+	if err == nil {
+		f.leaseEnd.Store(now.Add(f.lease).UnixNano())
+	}
+	lost := errors.Is(err, ErrLeaseLost)
+	if lost {
+		f.lost.Store(true)
+	}
+	b.mu.Lock()
+	f.beat.busy = false
+	b.mu.Unlock()
+	if lost {
+		b.remove(f)
+	}
+}

@@ -1,0 +1,398 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// This file is the claim → run → settle lifecycle, written once and used
+// by every transport: the HTTP middleware (serve.go) and Do (do.go). It
+// knows nothing of HTTP.
+
+// flight is one call through the lifecycle.
+type flight struct {
+	e   *Engine
+	ctx context.Context // the caller's: its values reach the store, its end cancels claims and waits
+
+	scope, key, fp, token string
+	retention, lease      time.Duration
+	now                   time.Time    // the engine's clock at the last claim
+	leaseEnd              atomic.Int64 // the claim's lease end as last set (claim, heartbeat), Unix ns on the engine's clock
+	lost                  atomic.Bool  // a beat found the claim lost
+
+	tx        Tx   // the exactly-once transaction, while it is open
+	completed bool // Complete (not a transaction) stored the record
+	pending   *task
+
+	beat beatState // the heartbeat's links and schedule (heartbeat.go)
+
+	// ctxs are the contexts of the flight's first store calls (a claim and
+	// a completion), kept here to save an allocation each.
+	ctxs [2]storeCtx
+	nctx int
+
+	start time.Time
+	ev    Event
+}
+
+// storeCall is Engine.storeCall for this flight's own calls, made on the
+// caller's goroutine.
+func (f *flight) storeCall(detached bool) *storeCtx {
+	if f.nctx == len(f.ctxs) {
+		return f.e.storeCall(f.ctx, detached)
+	}
+	c := &f.ctxs[f.nctx]
+	f.nctx++
+	now := time.Now()
+	*c = storeCtx{parent: f.ctx, began: now, deadline: now.Add(f.e.cfg.storeTimeout), detached: detached}
+	return c
+}
+
+// verdict is what acquire found.
+type verdict uint8
+
+const (
+	acquired verdict = iota + 1 // this flight holds the claim
+	replay                      // a completed record for the same request: f.rec
+	mismatch                    // the key belongs to another request
+	inFlight                    // another flight holds the key: f.rec; retry after retryAfter
+	failed                      // the store failed: f.err
+)
+
+// outcome of acquire, with what the caller answers from.
+type outcome struct {
+	verdict verdict
+	rec     *Record
+	err     error
+}
+
+// acquire claims the key or finds what holds it, waiting in wait mode.
+// It sets the event's outcome for every verdict but acquired.
+func (f *flight) acquire() outcome {
+	res, err := f.claim()
+	if err != nil {
+		return f.storeFailure(err)
+	}
+	if res.Acquired {
+		return outcome{verdict: acquired}
+	}
+	return f.existing(res.Existing, false)
+}
+
+// claim makes one Claim call with a fresh token.
+func (f *flight) claim() (ClaimResult, error) {
+	e := f.e
+	f.now = e.cfg.clock()
+	leaseEnd := f.now.Add(f.lease)
+	f.leaseEnd.Store(leaseEnd.UnixNano())
+	ctx := f.storeCall(false)
+	res, err := e.store.Claim(ctx, Claim{
+		Scope: f.scope, Key: f.key, Fingerprint: f.fp, Token: f.token,
+		Now: f.now, LeaseEnd: leaseEnd,
+	})
+	e.endCall(ctx, StoreClaim, err, &f.ev.Claim)
+	if err == nil && !res.Acquired && res.Existing == nil {
+		err = fmt.Errorf("idem: %T.Claim returned neither a claim nor the existing record", e.store)
+	}
+	if err != nil {
+		// The claim may have landed although its answer did not (a
+		// timeout): release it in the background, token-checked.
+		f.releaseLater()
+	}
+	return res, err
+}
+
+// existing decides from a record that blocked the claim. waited marks a
+// decision made after waiting.
+func (f *flight) existing(rec *Record, waited bool) outcome {
+	switch {
+	case rec.Fingerprint != f.fp:
+		f.ev.Outcome = OutcomeFingerprintMismatch
+		return outcome{verdict: mismatch, rec: rec}
+	case rec.State == StateCompleted:
+		if err := rec.Check(); err != nil {
+			return f.storeFailure(fmt.Errorf("idem: %T returned a record it cannot have written: %w", f.e.store, err))
+		}
+		f.ev.Outcome = OutcomeReplayed
+		if waited {
+			f.ev.Outcome = OutcomeReplayedAfterWait
+		}
+		return outcome{verdict: replay, rec: rec}
+	case f.e.cfg.wait > 0 && !waited:
+		return f.wait(rec)
+	}
+	f.ev.Outcome = OutcomeConflict
+	if waited {
+		f.ev.Outcome = OutcomeWaitTimeout
+	}
+	return outcome{verdict: inFlight, rec: rec}
+}
+
+func (f *flight) storeFailure(err error) outcome {
+	f.ev.Outcome, f.ev.Err = OutcomeStoreFailure, err
+	return outcome{verdict: failed, err: err}
+}
+
+// retryAfter is the hint a caller gets with an in-flight verdict.
+func (f *flight) retryAfter(rec *Record) time.Duration {
+	return f.e.retryAfter(rec.LeaseEnd.Sub(f.now))
+}
+
+// wait waits for the claim that holds the key to finish, then claims
+// again: a replay, this flight's own claim (the first released), or, when
+// the wait limit or the caller's context ends first, in flight.
+func (f *flight) wait(rec *Record) outcome {
+	e := f.e
+	wstart := time.Now()
+	defer func() { f.ev.Waited = time.Since(wstart) }()
+	deadline := time.NewTimer(e.cfg.wait)
+	defer deadline.Stop()
+	wctx, cancel := context.WithTimeout(f.ctx, e.cfg.wait)
+	defer cancel()
+	backoff := 10 * time.Millisecond
+	for {
+		var wake <-chan struct{}
+		stop := func() {}
+		if e.notifier != nil {
+			if ch, s, err := e.notifier.Watch(wctx, f.scope, f.key); err == nil {
+				wake, stop = ch, s
+			}
+		}
+		// Look again now that the watch is in place, so a completion that
+		// happened before it is not missed.
+		res, err := f.claim()
+		if err != nil {
+			stop()
+			// The key is known to be in flight: never run unprotected
+			// beside it, even with fail open.
+			f.ev.Err = err
+			f.ev.Outcome = OutcomeWaitTimeout
+			return outcome{verdict: inFlight, rec: rec}
+		}
+		if res.Acquired {
+			stop()
+			return outcome{verdict: acquired}
+		}
+		rec = res.Existing
+		if rec.State != StateInProgress || rec.Fingerprint != f.fp {
+			stop()
+			return f.existing(rec, true)
+		}
+		poll := time.NewTimer(backoff)
+		select {
+		case <-wake:
+		case <-poll.C:
+			backoff = min(backoff*2, 500*time.Millisecond)
+		case <-deadline.C:
+			poll.Stop()
+			stop()
+			return f.existing(rec, true)
+		case <-f.ctx.Done():
+			poll.Stop()
+			stop()
+			f.ev.Err = f.ctx.Err()
+			f.ev.Outcome = OutcomeWaitTimeout
+			return outcome{verdict: inFlight, rec: rec}
+		}
+		poll.Stop()
+		stop()
+	}
+}
+
+// begin starts the run of an acquired flight: the exactly-once
+// transaction, when the store has one, and the heartbeat. On an error the
+// claim is released and the flight reports a store failure.
+func (f *flight) begin() error {
+	e := f.e
+	if e.txb != nil {
+		ctx := f.storeCall(false)
+		t, err := e.txb.BeginTx(ctx, f.scope, f.key, f.token)
+		e.endCall(ctx, StoreBeginTx, err, nil)
+		if err != nil {
+			f.release()
+			f.storeFailure(err)
+			return err
+		}
+		f.tx = t
+	}
+	e.beats.add(f)
+	return nil
+}
+
+// runContext returns ctx for the work a flight protects: with the
+// transaction, when there is one.
+func (f *flight) runContext(ctx context.Context) context.Context {
+	if f.tx != nil {
+		return f.tx.Context(ctx)
+	}
+	return ctx
+}
+
+// settle ends a run with its answer: resp is stored (completed, or
+// committed with the transaction) unless keep is false, when the key is
+// released. It returns false when a failed commit lost the answer: the
+// caller reports a failure instead of resp.
+func (f *flight) settle(resp Response, keep bool) bool {
+	f.e.beats.remove(f)
+	// With a transaction, Commit's own token check decides a lost claim.
+	switch {
+	case !keep:
+		f.ev.Outcome = OutcomeReleased
+		f.rollback()
+		f.release()
+		return true
+	case f.lost.Load() && f.tx == nil:
+		f.ev.Outcome, f.ev.Err = OutcomeExecuted, ErrLeaseLost
+		return true
+	}
+	f.ev.Outcome = OutcomeExecuted
+	return f.store(resp)
+}
+
+// store completes the record with resp, or commits it with the
+// transaction. A failed commit rolls back and releases the key, and store
+// returns false; a Complete that fails for another reason than a lost
+// claim is retried in the background.
+func (f *flight) store(resp Response) bool {
+	e := f.e
+	now := e.cfg.clock()
+	expires := now.Add(f.retention)
+	var err error
+	if f.tx != nil {
+		ctx := f.storeCall(true)
+		err = f.tx.Commit(ctx, resp, now, expires)
+		e.endCall(ctx, StoreCommit, err, &f.ev.Finish)
+		if err != nil {
+			// The transaction is gone: nothing to retry.
+			f.ev.Outcome, f.ev.Err = OutcomeReleased, err
+			f.rollback()
+			f.release()
+			return false
+		}
+		f.tx = nil // committed: nothing left to roll back
+		return true
+	}
+	ctx := f.storeCall(true)
+	err = e.store.Complete(ctx, f.scope, f.key, f.token, resp, now, expires)
+	e.endCall(ctx, StoreComplete, err, &f.ev.Finish)
+	switch {
+	case err == nil:
+		f.completed = true
+	case errors.Is(err, ErrLeaseLost):
+		f.ev.Err = err
+	default:
+		f.ev.Err = err
+		if e.cfg.completionRetry > 0 {
+			// The store blipped: the answer goes out, and the record lands
+			// in the background while the claim is kept.
+			resp.Body = bytes.Clone(resp.Body)
+			f.pending = f.task(taskComplete, resp)
+		}
+	}
+	return true
+}
+
+// launch hands a pending background completion over, once the answer can
+// no longer be taken back (a panicking stream's must not land).
+func (f *flight) launch() {
+	if f.pending != nil {
+		f.e.bg.add(f.pending)
+		f.pending = nil
+	}
+}
+
+// abort ends a run that has no answer to store (a panic, a hijacked
+// connection, an answer written elsewhere): the transaction rolls back and
+// the key is released.
+func (f *flight) abort() {
+	f.e.beats.remove(f)
+	f.ev.Outcome = OutcomeReleased
+	f.rollback()
+	f.pending = nil
+	f.release()
+}
+
+// evict deletes the record this flight completed, when the answer it
+// holds turned out truncated (a stream whose handler panicked).
+func (f *flight) evict() {
+	e := f.e
+	d, ok := e.store.(Deleter)
+	if !ok {
+		f.ev.Err = errors.New("idem: a streamed response's handler panicked after its record was completed, and the store cannot delete it")
+		return
+	}
+	ctx := f.storeCall(true)
+	_, err := d.Delete(ctx, f.scope, f.key)
+	e.endCall(ctx, StoreDelete, err, &f.ev.Finish)
+	if err != nil {
+		f.ev.Err = err
+	}
+}
+
+// release deletes this flight's claim; a failure other than a lost claim
+// is retried in the background within the lease.
+func (f *flight) release() {
+	e := f.e
+	ctx := f.storeCall(true)
+	err := e.store.Release(ctx, f.scope, f.key, f.token)
+	e.endCall(ctx, StoreRelease, err, &f.ev.Finish)
+	if err != nil && f.ev.Err == nil {
+		f.ev.Err = err
+	}
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
+		f.releaseLater()
+	}
+}
+
+// releaseLater releases the claim in the background.
+func (f *flight) releaseLater() { f.e.bg.add(f.task(taskRelease, Response{})) }
+
+func (f *flight) rollback() {
+	if f.tx == nil {
+		return
+	}
+	e := f.e
+	ctx := f.storeCall(true)
+	err := f.tx.Rollback(ctx)
+	e.endCall(ctx, StoreRollback, err, nil)
+	f.tx = nil
+	if err != nil && f.ev.Err == nil {
+		f.ev.Err = err
+	}
+}
+
+// task returns a background task for this flight's claim.
+func (f *flight) task(kind taskKind, resp Response) *task {
+	return &task{
+		kind: kind, scope: f.scope, key: f.key, token: f.token, fingerprint: f.fp,
+		resp: resp, retention: f.retention, lease: f.lease, leaseEnd: time.Unix(0, f.leaseEnd.Load()),
+		ev: f.ev, ctx: context.WithoutCancel(f.ctx),
+	}
+}
+
+// end reports the flight's event: the one place a call's event is sent.
+func (f *flight) end() {
+	f.ev.Total = time.Since(f.start)
+	f.e.cfg.observer(f.ctx, f.ev)
+	f.launch()
+}
+
+// retryAfter returns the hint for a retry: the engine's, but no more than
+// left when left is positive.
+func (e *Engine) retryAfter(left time.Duration) time.Duration {
+	d := e.cfg.retryAfter
+	if left > 0 {
+		d = min(d, left)
+	}
+	return d
+}
+
+// seconds returns d in whole seconds rounded up, at least 1, as
+// Retry-After carries it.
+func seconds(d time.Duration) int {
+	return max(int((d+time.Second-1)/time.Second), 1)
+}

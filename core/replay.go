@@ -1,0 +1,96 @@
+package idem
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// This file is what a stored HTTP response looks like on the way in
+// (storedHeader: which headers are kept) and on the way out (replay).
+
+// replay writes a stored response.
+func (e *Engine) replay(w http.ResponseWriter, resp *Response) {
+	// The stored values are copied into one new backing array (the store
+	// may share them between replays; code after us may edit in place).
+	n := 3
+	for _, v := range resp.Header {
+		n += len(v)
+	}
+	vals := make([]string, 0, n)
+	h := w.Header()
+	for k, v := range resp.Header {
+		vals = append(vals, v...)
+		h[k] = vals[len(vals)-len(v) : len(vals) : len(vals)]
+	}
+	vals = append(vals, "true")
+	h[e.cfg.replayHeader] = vals[len(vals)-1 : len(vals) : len(vals)]
+	if resp.BodyOmitted {
+		h[HeaderBodyOmitted] = h[e.cfg.replayHeader][:1:1]
+	}
+	if bodyAllowed(resp.Status) {
+		vals = append(vals, strconv.Itoa(len(resp.Body)))
+		h["Content-Length"] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	w.WriteHeader(resp.Status)
+	if len(resp.Body) > 0 && bodyAllowed(resp.Status) {
+		_, _ = w.Write(resp.Body)
+	}
+}
+
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// storedHeader returns the handler's headers h as they are stored: without
+// Set-Cookie, Date, Content-Length, the replay markers, hop-by-hop headers
+// (including those named in Connection), headers that middleware outside
+// the engine set and the handler left as they were (they are the current
+// request's, such as X-Request-Id), and, when the body is omitted, the
+// headers that describe the body. It returns h itself when there is
+// nothing to remove.
+func storedHeader(h, outer http.Header, replayHeader string, omitted bool) http.Header {
+	drop := func(k string) bool {
+		switch k {
+		case "Set-Cookie", "Date", "Content-Length", "Connection", "Keep-Alive", "Proxy-Connection",
+			"Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+			replayHeader, HeaderBodyOmitted:
+			return true
+		case "Content-Encoding", "Content-Range", "Content-Md5", "Digest", "Content-Digest", "Repr-Digest", "Etag":
+			if omitted {
+				return true
+			}
+		}
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+		if ov, ok := outer[k]; ok && slices.Equal(ov, h[k]) {
+			return true
+		}
+		for _, v := range h["Connection"] {
+			for f := range strings.SplitSeq(v, ",") {
+				if http.CanonicalHeaderKey(strings.TrimSpace(f)) == k {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	n := 0
+	for k := range h {
+		if drop(k) {
+			n++
+		}
+	}
+	if n == 0 {
+		return h
+	}
+	out := make(http.Header, len(h)-n)
+	for k, v := range h {
+		if !drop(k) {
+			out[k] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,331 @@
+package idem
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// This file is the HTTP layer over the lifecycle (lifecycle.go): the key
+// in a header, the bounded body, the captured response (capture.go) and
+// the problem answers. The lifecycle decides; this file speaks HTTP.
+
+// Serve runs next for r under idempotency protection. route is the route
+// template the request matched (such as "/orders/{id}"); it scopes the key
+// together with the method and the client's namespace. Adapters call Serve
+// once they know the template.
+//
+// These requests go to next untouched, with w and r as given: a method the
+// engine does not protect; a route marked Skip; no key where the key is
+// optional; and a request whose w is, or wraps, the writer of a request
+// the engine already protects (middleware mounted twice: the outer policy
+// applies). Otherwise the request body is read (up to the cap) and replaced
+// by an identical one, and next runs only if this request takes the
+// claim, with a writer that buffers the response until it is stored or
+// released.
+func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
+	if p.compiled != nil {
+		if q, ok := p.compiled[routeKey{r.Method, route}]; ok {
+			p = q
+		}
+	}
+	e := p.e
+	if !e.Protects(r.Method) || nested(w) {
+		// A nested middleware (mounted globally and again on the route)
+		// must not claim the key the outer one holds: the outer policy
+		// applies.
+		next.ServeHTTP(w, r)
+		return
+	}
+	x := &exchange{p: p, w: w, r: r, next: next}
+	f := &x.f
+	f.e, f.ctx, f.start = e, r.Context(), time.Now()
+	f.ev.Method, f.ev.Route = r.Method, route
+	defer f.end()
+	if p.skip {
+		x.skip()
+		return
+	}
+	key, err := ParseKey(r.Header[e.cfg.keyHeader])
+	switch {
+	case errors.Is(err, ErrMissingKey) && !p.required:
+		x.skip()
+		return
+	case errors.Is(err, ErrMissingKey):
+		x.fail(OutcomeMissingKey, problemMissingKey, "Send an "+e.cfg.keyHeader+" header with a unique key, such as a UUID.")
+		return
+	case err != nil:
+		x.fail(OutcomeInvalidKey, problemInvalidKey, strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": "))
+		return
+	}
+	f.key, f.ev.key = key, key
+	body, err := x.readBody(e.cfg.maxRequestBody)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.Is(err, errBodyTooLarge):
+			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", e.cfg.maxRequestBody))
+		case errors.As(err, &mbe):
+			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", mbe.Limit))
+		default:
+			x.fail(OutcomeBodyUnreadable, problemBodyUnreadable, "The request body could not be read.")
+		}
+		return
+	}
+	x.body.Reset(body)
+	r.Body = &x.body
+	r.ContentLength = int64(len(body))
+
+	ns := ""
+	if e.cfg.namespace != nil {
+		ns = e.cfg.namespace(r)
+	}
+	f.scope = Scope(ns, r.Method, route)
+	if e.cfg.fingerprint != nil {
+		f.fp = e.cfg.fingerprint(r, body)
+	} else {
+		f.fp = fingerprintRequest(r, body)
+	}
+	f.token = newToken()
+	f.retention = p.retention
+	f.lease = min(e.cfg.lease, p.retention)
+
+	o := f.acquire()
+	switch o.verdict {
+	case acquired:
+		x.execute()
+	case replay:
+		f.ev.Status = o.rec.Response.Status
+		e.replay(w, o.rec.Response)
+	case mismatch:
+		x.problem(problemMismatch, "This key was already used with a different path, query or body. Use a new key for a new request.", 0)
+	case inFlight:
+		x.problem(problemConflict, "A request with this key is still being processed; retry later.", seconds(f.retryAfter(o.rec)))
+	case failed:
+		x.storeFailure()
+	}
+}
+
+// exchange is one protected HTTP request: its flight through the
+// lifecycle, and what the HTTP layer needs around it.
+type exchange struct {
+	f    flight
+	p    *Policy
+	w    http.ResponseWriter
+	r    *http.Request
+	next http.Handler
+	body bodyReader // the request body handed to the handler
+	cw   capture    // the response writer handed to the handler
+	cl   [1]string  // Content-Length of the buffered response
+	one  [1]byte    // scratch for checking a body's end
+}
+
+func (x *exchange) skip() {
+	x.next.ServeHTTP(x.w, x.r)
+	x.f.ev.Outcome = OutcomeSkipped
+}
+
+func (x *exchange) fail(o Outcome, k problemKind, detail string) {
+	x.f.ev.Outcome = o
+	x.problem(k, detail, 0)
+}
+
+// problem answers with a problem of kind k; retryAfter, when positive, is
+// its Retry-After in seconds.
+func (x *exchange) problem(k problemKind, detail string, retryAfter int) {
+	x.p.e.writeProblem(x.w, k, detail, retryAfter)
+	x.f.ev.Status = k.status
+}
+
+// storeFailure answers a failed store: 503, or with fail open the handler
+// runs unprotected.
+func (x *exchange) storeFailure() {
+	e := x.p.e
+	if e.cfg.failOpen {
+		x.f.ev.FailedOpen = true
+		sw := statusWriter{ResponseWriter: x.w}
+		x.next.ServeHTTP(&sw, x.r)
+		x.f.ev.Status = sw.status
+		return
+	}
+	x.problem(problemStore, "The idempotency store failed or did not answer in time; retry with the same key.", seconds(e.retryAfter(0)))
+}
+
+// execute runs the handler under the claim this request holds.
+func (x *exchange) execute() {
+	e, f := x.p.e, &x.f
+	if f.begin() != nil {
+		x.storeFailure()
+		return
+	}
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	x.cw = capture{w: x.w, max: e.cfg.maxResponseBody, buf: buf, x: x}
+	c := &x.cw
+	r := x.r
+	if f.tx != nil {
+		r = r.WithContext(f.tx.Context(r.Context()))
+	}
+	hstart := time.Now()
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// The handler panicked: release the key and let the panic go on.
+		f.ev.Handler = time.Since(hstart)
+		switch {
+		case c.hijacked:
+		case !c.direct, f.pending != nil:
+			f.abort()
+		case f.completed:
+			// The stream had started and its record was completed (not in
+			// a transaction, whose writes did commit): the client saw a
+			// truncated response, so the record must go.
+			f.evict()
+		}
+		f.rollback()
+		f.ev.Outcome = OutcomeReleased
+	}()
+	x.next.ServeHTTP(c, r)
+	finished = true
+	f.ev.Handler = time.Since(hstart)
+	if buf.Cap() <= 64<<10 {
+		defer bufPool.Put(buf)
+	}
+	switch {
+	case c.hijacked:
+		// Released when the connection was taken.
+	case c.abandon:
+		f.abort()
+	case c.direct:
+		// Streamed: stored or released when it started.
+		if !c.discard {
+			c.sendTrailers()
+		}
+	default:
+		if c.status == 0 {
+			c.WriteHeader(http.StatusOK)
+		}
+		c.sniff()
+		if x.settle(false) {
+			c.send()
+		}
+	}
+}
+
+// settle stores the captured response or releases the key, by the
+// release rule; omitted marks a streamed response whose body is not kept.
+// It returns false when a failed transaction commit was answered with 500
+// instead of the response.
+func (x *exchange) settle(omitted bool) bool {
+	e, f, c := x.p.e, &x.f, &x.cw
+	f.ev.Status = c.status
+	// Statuses outside MinStatus..MaxStatus (a 101 without a hijack, a
+	// 7xx) cannot be replayed: never stored.
+	keep := c.status >= MinStatus && c.status <= MaxStatus && !e.cfg.release(c.status)
+	var resp Response
+	if keep {
+		resp = Response{Status: c.status, Header: storedHeader(c.header, x.w.Header(), e.cfg.replayHeader, omitted)}
+		if omitted {
+			resp.BodyOmitted = true
+		} else {
+			resp.Body = c.buf.Bytes()
+		}
+	}
+	if !f.settle(resp, keep) {
+		x.problem(problemCommit, "The transaction holding the request's changes and its stored response failed to commit; retry with the same key to learn the outcome.", 0)
+		return false
+	}
+	return true
+}
+
+// commitStream decides store or release for a response that starts
+// streaming before the handler returned. It returns false when the
+// response must be abandoned (a failed commit was answered with 500).
+func (x *exchange) commitStream() bool { return x.settle(true) }
+
+// onHijack releases the claim before the connection is handed over.
+func (x *exchange) onHijack() { x.f.abort() }
+
+var errBodyTooLarge = errors.New("idem: request body too large")
+
+// readBody reads the whole request body, up to limit bytes.
+func (x *exchange) readBody(limit int64) ([]byte, error) {
+	r := x.r
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > limit {
+		return nil, errBodyTooLarge
+	}
+	if r.ContentLength >= 0 {
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, err
+		}
+		if n, _ := r.Body.Read(x.one[:]); n > 0 {
+			return nil, errors.New("idem: request body longer than its Content-Length")
+		}
+		return b, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errBodyTooLarge
+	}
+	return b, nil
+}
+
+// bodyReader is the request body handed to the handler: the bytes the
+// engine read, unchanged.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// nested reports whether w is, or wraps, the writer of a request this
+// engine (or another) already protects.
+func nested(w http.ResponseWriter) bool { return findCapture(w) != nil }
+
+// statusWriter records the status of an unprotected response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush and Hijack keep what the underlying writer can do, for handlers
+// that assert http.Flusher or http.Hijacker while running unprotected.
+func (s *statusWriter) Flush() {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	_ = http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(s.ResponseWriter).Hijack()
+}
