@@ -57,8 +57,8 @@ func storedHeader(h, outer http.Header, replayHeader string, omitted bool) http.
 			"Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 			replayHeader, HeaderBodyOmitted:
 			return true
-		case "Content-Encoding", "Content-Range", "Content-Md5", "Digest", "Content-Digest", "Repr-Digest", "Etag":
-			if omitted {
+		default:
+			if omitted && describesBody(k) {
 				return true
 			}
 		}
@@ -90,6 +90,34 @@ func storedHeader(h, outer http.Header, replayHeader string, omitted bool) http.
 	for k, v := range h {
 		if !drop(k) {
 			out[k] = v
+		}
+	}
+	return out
+}
+
+// describesBody reports whether the header k describes the body's bytes,
+// so it is dropped when the body is omitted.
+func describesBody(k string) bool {
+	switch k {
+	case "Content-Encoding", "Content-Range", "Content-Md5", "Digest", "Content-Digest", "Repr-Digest", "Etag":
+		return true
+	}
+	return false
+}
+
+// WithoutBody returns r with its body omitted, as the engine stores a
+// response larger than its cap: no Body, BodyOmitted set, and without the
+// headers that describe the body's bytes (Content-Encoding, ETag, digests).
+// r is not changed. A store that must drop a body to stay within a memory
+// bound stores this instead.
+func (r Response) WithoutBody() Response {
+	out := Response{Status: r.Status, BodyOmitted: true}
+	if r.Header != nil {
+		out.Header = make(http.Header, len(r.Header))
+		for k, v := range r.Header {
+			if !describesBody(k) {
+				out.Header[k] = v
+			}
 		}
 	}
 	return out

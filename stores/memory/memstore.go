@@ -15,6 +15,9 @@ const (
 	// DefaultMaxEntries is the number of records a Store holds before a
 	// claim on a new key must evict one (see [WithMaxEntries]).
 	DefaultMaxEntries = 100_000
+	// DefaultMaxBytes is the memory the stored responses' bodies and
+	// headers may take before a completion must evict (see [WithMaxBytes]).
+	DefaultMaxBytes = 256 << 20
 	// DefaultSweepInterval is how often a Store removes expired records in
 	// the background.
 	DefaultSweepInterval = time.Minute
@@ -47,6 +50,7 @@ type Option func(*config)
 
 type config struct {
 	maxEntries    int
+	maxBytes      int64
 	sweepInterval time.Duration
 	clock         func() time.Time
 }
@@ -69,6 +73,17 @@ type config struct {
 // the completed records you want to keep for their whole retention.
 func WithMaxEntries(n int) Option {
 	return func(c *config) { c.maxEntries = n }
+}
+
+// WithMaxBytes sets how many bytes of response bodies and headers the store
+// keeps at most; the default is [DefaultMaxBytes]. A value of zero or less
+// removes the limit. A completion that would pass it first evicts, in the
+// order of [WithMaxEntries] (expired records, then the completed records
+// closest to expiry, never a live claim); a response larger than the whole
+// budget is stored without its body, as the engine stores one over its
+// response cap (idem.Response.WithoutBody).
+func WithMaxBytes(n int64) Option {
+	return func(c *config) { c.maxBytes = n }
 }
 
 // WithSweepInterval sets how often a background goroutine removes expired
@@ -106,6 +121,9 @@ type Store struct {
 	done    expiryHeap
 	waiters map[recordKey][]chan struct{}
 	max     int
+	// bytes is what the completed records' responses take (entry.size
+	// summed), bounded by maxBytes.
+	bytes, maxBytes int64
 
 	// The sweeper goroutine holds only a weak pointer to the Store, so a
 	// Store dropped without Close can be collected; the goroutine then exits
@@ -125,6 +143,7 @@ type entry struct {
 	k           recordKey
 	token       string // empty once completed
 	index       int    // position in the heap of its state (Store.heapOf)
+	size        int64  // responseSize of the Response, counted in Store.bytes
 }
 
 // holds reports whether the entry is an in-progress claim with token.
@@ -135,17 +154,20 @@ func (e *entry) holds(token string) bool {
 // New returns an empty Store. Unless sweeping is disabled with
 // [WithSweepInterval], it starts a goroutine that [Store.Close] stops.
 func New(opts ...Option) *Store {
-	cfg := config{maxEntries: DefaultMaxEntries, sweepInterval: DefaultSweepInterval, clock: time.Now}
+	cfg := config{maxEntries: DefaultMaxEntries, maxBytes: DefaultMaxBytes, sweepInterval: DefaultSweepInterval, clock: time.Now}
 	for _, o := range opts {
-		o(&cfg)
+		if o != nil {
+			o(&cfg)
+		}
 	}
 	if cfg.clock == nil {
 		cfg.clock = time.Now
 	}
 	s := &Store{
-		entries: make(map[recordKey]*entry),
-		waiters: make(map[recordKey][]chan struct{}),
-		max:     cfg.maxEntries,
+		entries:  make(map[recordKey]*entry),
+		waiters:  make(map[recordKey][]chan struct{}),
+		max:      cfg.maxEntries,
+		maxBytes: cfg.maxBytes,
 	}
 	if cfg.sweepInterval > 0 {
 		s.closed = make(chan struct{})
@@ -246,6 +268,14 @@ func (s *Store) Len() int {
 	return len(s.entries)
 }
 
+// Bytes returns what the stored responses' bodies and headers take, the
+// figure [WithMaxBytes] bounds.
+func (s *Store) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
 // Claim takes (c.Scope, c.Key) when there is no record, when the record has
 // expired at c.Now, or when it is an in-progress claim whose lease has ended
 // at c.Now; otherwise it returns a copy of the record as Existing. See
@@ -271,6 +301,8 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		wasRunning := e.State == idem.StateInProgress
 		if !wasRunning {
 			s.done.remove(e.index)
+			s.bytes -= e.size
+			e.size = 0
 		}
 		e.Fingerprint = c.Fingerprint
 		e.token = c.Token
@@ -319,7 +351,11 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if s.maxBytes > 0 && responseSize(&resp) > s.maxBytes {
+		resp = resp.WithoutBody()
+	}
 	stored := storedResponse(&resp) // outside the lock: it may copy a large body
+	size := responseSize(stored)
 	k := recordKey{scope, key}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -327,7 +363,18 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 	if !ok || !e.holds(token) || !now.Before(e.LeaseEnd) {
 		return idem.ErrLeaseLost
 	}
+	for s.maxBytes > 0 && s.bytes+size > s.maxBytes {
+		// Only completed records hold bytes, and e is a live claim, so
+		// this ends with room.
+		v := s.victim(now)
+		if v == nil {
+			break
+		}
+		s.remove(v)
+	}
 	s.running.remove(e.index)
+	e.size = size
+	s.bytes += size
 	e.State = idem.StateCompleted
 	e.token = ""
 	e.Response = stored
@@ -456,6 +503,7 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 // s.mu must be held.
 func (s *Store) remove(e *entry) {
 	delete(s.entries, e.k)
+	s.bytes -= e.size
 	s.heapOf(e).remove(e.index)
 	s.notify(e.k)
 }
@@ -492,4 +540,17 @@ func storedResponse(r *idem.Response) *idem.Response {
 		c.Body = append([]byte(nil), r.Body...)
 	}
 	return c
+}
+
+// responseSize is what r counts against the byte budget: its body and
+// header bytes.
+func responseSize(r *idem.Response) int64 {
+	n := int64(len(r.Body))
+	for k, vs := range r.Header {
+		n += int64(len(k))
+		for _, v := range vs {
+			n += int64(len(v))
+		}
+	}
+	return n
 }
