@@ -17,21 +17,19 @@ import (
 // Fixture is the set of routes that exercises every behaviour of the
 // engine. RunHTTP mounts it through each adapter in-process, and
 // examples/fixture serves it over a real socket. Every handler call but
-// GET /counter and POST /reset adds 1 to the fixture's counter.
+// GET /counter and POST /reset adds 1 to the fixture's counter. The routes:
 //
-// | route               | answer                                                     |
-// |---------------------|------------------------------------------------------------|
-// | POST /echo          | 201, the request body back with its Content-Type           |
-// | PATCH /echo         | 200, the same                                              |
-// | POST /status/{code} | status code, text/plain "status:{code}"                    |
-// | POST /slow?ms=N     | waits N ms, then 200 "slept:N"                             |
-// | POST /large?bytes=N | 200 with N bytes of 'x'                                    |
-// | POST /items/{id}    | 201 "item:{id}"                                            |
-// | POST /cookie        | 201 with a fresh Set-Cookie: session=... and "cookie"      |
-// | POST /optional      | key optional; 201 "optional"                               |
-// | POST /panic         | panics (the framework's recovery answers 500)              |
-// | GET /counter        | 200 {"count":N}                                            |
-// | POST /reset         | 204, counter back to 0; not behind the middleware          |
+//   - POST /echo: 201, the request body back with its Content-Type
+//   - PATCH /echo: 200, the same
+//   - POST /status/{code}: that status, text/plain "status:{code}"
+//   - POST /slow?ms=N: waits N ms, then 200 "slept:N"
+//   - POST /large?bytes=N: 200 with N bytes of 'x'
+//   - POST /items/{id}: 201 "item:{id}"
+//   - POST /cookie: 201 with a fresh Set-Cookie: session=... and "cookie"
+//   - POST /optional: the key is optional; 201 "optional"
+//   - POST /panic: panics (the framework's recovery answers 500)
+//   - GET /counter: 200 {"count":N}
+//   - POST /reset: 204, the counter back to 0; not behind the middleware
 type Fixture struct {
 	count atomic.Int64
 }

@@ -3,6 +3,7 @@ package idem
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -12,19 +13,19 @@ import (
 // key lets the next duplicate of that request run again.
 //
 // A record is addressed exactly as the middleware derives it, by query
-// parameters: namespace (what the namespace function returns; empty or
-// absent for global), method (such as POST), route (the route template,
-// such as /orders/{id} or /orders/:id) and key (the Idempotency-Key value;
-// the quoted form is accepted).
+// parameters, URL-encoded: namespace (what the namespace function returns;
+// empty or absent for global), method (such as POST), route (the route
+// template, such as /orders/{id}, sent as %2Forders%2F%7Bid%7D, or with
+// curl -g) and key (the Idempotency-Key value; the quoted form is accepted).
 //
 //	GET    ?method=POST&route=/orders&key=abc   the record, never its body
 //	DELETE ?method=POST&route=/orders&key=abc   evicts it
 //
 // GET answers 200 with {"found": true, "state", "created_at", "lease_end",
-// "expires_at", "status", "body_size", "body_omitted", "fingerprint"} or
-// 404 with {"found": false}; DELETE answers 200 with {"deleted": bool}.
+// "expires_at", "status", "body_size", "body_omitted", "fingerprint"}, or a
+// 404 problem (admin-not-found); DELETE answers 200 with {"deleted": bool}.
 // Both answer 501 when the store lacks the Getter or Deleter capability,
-// and 400 for a missing or malformed parameter.
+// and 400 for a missing or malformed parameter; every error is a problem.
 func (e *Engine) AdminHandler() http.Handler {
 	return http.HandlerFunc(e.serveAdmin)
 }
@@ -71,7 +72,7 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	}
 	key, err := ParseKey([]string{q.Get("key")})
 	if err != nil {
-		e.writeProblem(w, problemAdminParams, "key: "+strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": "), 0)
+		e.writeProblem(w, problemAdminParams, "The key parameter is not a valid key: "+strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": ")+".", 0)
 		return
 	}
 	scope := Scope(ns, method, route)
@@ -105,11 +106,11 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		e.writeProblem(w, problemStore, "Looking the record up failed: "+err.Error(), seconds(e.retryAfter(0)))
 		return
 	}
-	out := AdminRecord{Found: found, Namespace: ns, Method: method, Route: route}
 	if !found {
-		writeJSON(w, http.StatusNotFound, out)
+		e.writeProblem(w, problemAdminNotFound, "No record is stored for key "+strconv.Quote(key)+" of "+method+" "+strconv.Quote(route)+nsDetail(ns)+", or it has expired.", 0)
 		return
 	}
+	out := AdminRecord{Found: true, Namespace: ns, Method: method, Route: route}
 	out.State = rec.State.String()
 	out.Fingerprint = rec.Fingerprint
 	out.CreatedAt = timePtr(rec.CreatedAt)
@@ -123,7 +124,17 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// nsDetail names a namespace in a problem's detail.
+func nsDetail(ns string) string {
+	if ns == "" {
+		return " (global)"
+	}
+	return " in namespace " + strconv.Quote(ns)
+}
+
+
 var (
+	problemAdminNotFound    = problemKind{"admin-not-found", http.StatusNotFound, "No such record"}
 	problemAdminParams      = problemKind{"admin-parameters", http.StatusBadRequest, "Invalid record address"}
 	problemAdminUnsupported = problemKind{"admin-unsupported", http.StatusNotImplemented, "Not supported by this store"}
 )

@@ -60,7 +60,7 @@ func TestAdminInspectAndEvict(t *testing.T) {
 	if code != 200 || rec["deleted"] != true {
 		t.Fatalf("evict: %d %v", code, rec)
 	}
-	if code, rec = adminDo(t, admin, "GET", q); code != 404 || rec["found"] != false {
+	if code, rec = adminDo(t, admin, "GET", q); code != 404 || rec["type"] != DefaultProblemTypeBase+"admin-not-found" {
 		t.Fatalf("after evict: %d %v", code, rec)
 	}
 	// With the claim evicted, the next retry runs.
@@ -106,5 +106,17 @@ func TestAdminErrors(t *testing.T) {
 		if code, _ := adminDo(t, e2.AdminHandler(), m, q); code != 501 {
 			t.Errorf("%s on a store without the capability: %d, want 501", m, code)
 		}
+	}
+}
+
+func TestAdminEmptyRoute(t *testing.T) {
+	s := newTestStore()
+	e, _ := newEngine(t, s)
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	post(h, "/", "k", "")
+	w := httptest.NewRecorder()
+	e.AdminHandler().ServeHTTP(w, httptest.NewRequest("GET", "/?method=POST&route=&key=k", nil))
+	if w.Code != 200 {
+		t.Errorf("a record of an unrouted handler: %d %s", w.Code, w.Body)
 	}
 }

@@ -98,8 +98,8 @@ func ExampleParseKey() {
 	// abc      "abc" <nil>
 	// "abc"    "abc" <nil>
 	// "a\"b"   "a\"b" <nil>
-	// a, b     "" idem: invalid idempotency key: a list of keys is not allowed; send one key
-	//          "" idem: invalid idempotency key: the key is empty
+	// a, b     "" idem: invalid idempotency key: the header holds a list of keys (a comma at position 2); send exactly one key
+	//          "" idem: invalid idempotency key: the key is empty; send 1 to 255 characters, such as a UUID
 }
 
 func ExampleScope() {

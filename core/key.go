@@ -34,40 +34,48 @@ func ParseKey(values []string) (string, error) {
 		return "", ErrMissingKey
 	case 1:
 	default:
-		return "", fmt.Errorf("%w: the header appears %d times; send it once", ErrInvalidKey, len(values))
+		return "", invalidKey("the header was sent %d times; send it once, with one key", len(values))
 	}
-	v := strings.Trim(values[0], " \t")
+	raw := values[0]
+	v := strings.TrimLeft(raw, " \t")
+	off := len(raw) - len(v) // bytes trimmed before the key, for 1-based positions in raw
+	v = strings.TrimRight(v, " \t")
 	if v == "" {
-		return "", fmt.Errorf("%w: the key is empty", ErrInvalidKey)
+		return "", invalidKey("the key is empty; send 1 to %d characters, such as a UUID", MaxKeyLength)
 	}
 	if v[0] == '"' {
-		return parseQuoted(v)
+		return parseQuoted(v, off)
 	}
 	for i := 0; i < len(v); i++ {
 		c := v[i]
 		switch {
 		case c == ',':
-			return "", fmt.Errorf("%w: a list of keys is not allowed; send one key", ErrInvalidKey)
+			return "", invalidKey("the header holds a list of keys (a comma at position %d); send exactly one key", off+i+1)
 		case c == ';':
-			return "", fmt.Errorf("%w: parameters are not allowed", ErrInvalidKey)
+			return "", invalidKey("parameters (a semicolon at position %d) are not allowed; send the key alone", off+i+1)
 		case c == '"' || c == '\\':
-			return "", fmt.Errorf("%w: %q may only appear inside a quoted key", ErrInvalidKey, c)
+			return "", invalidKey("the character %q at position %d may only appear inside a quoted key, such as \"a\\\"b\"", c, off+i+1)
 		case c == ' ' || c == '\t':
-			return "", fmt.Errorf("%w: a bare key has no spaces; quote it", ErrInvalidKey)
+			return "", invalidKey("the key has a space at position %d; quote the key to keep its spaces, or remove them", off+i+1)
 		case c < 0x21 || c > 0x7e:
-			return "", fmt.Errorf("%w: byte 0x%02x at position %d is not printable ASCII", ErrInvalidKey, c, i)
+			return "", invalidKey("the byte 0x%02x at position %d is not printable ASCII; a key uses only the characters from '!' to '~'", c, off+i+1)
 		}
 	}
 	if len(v) > MaxKeyLength {
-		return "", fmt.Errorf("%w: %d characters, more than %d", ErrInvalidKey, len(v), MaxKeyLength)
+		return "", invalidKey("the key is %d characters long; the limit is %d", len(v), MaxKeyLength)
 	}
 	return v, nil
 }
 
+// invalidKey returns an error wrapping ErrInvalidKey that says why in a
+// sentence a client developer can act on (the HTTP answer's detail).
+func invalidKey(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidKey}, args...)...)
+}
+
 // parseQuoted parses a Structured Field string that starts at v[0] == '"'
-// and must be the whole of v.
-func parseQuoted(v string) (string, error) {
-	// Fast path: no escapes.
+// and must be the whole of v; off is v's offset in the header value.
+func parseQuoted(v string, off int) (string, error) {
 	end := -1
 	escaped := false
 	for i := 1; i < len(v); i++ {
@@ -76,7 +84,7 @@ func parseQuoted(v string) (string, error) {
 			escaped = true
 			i++
 			if i < len(v) && v[i] != '"' && v[i] != '\\' {
-				return "", fmt.Errorf("%w: only \\\" and \\\\ are valid escapes in a quoted key", ErrInvalidKey)
+				return "", invalidKey("the escape at position %d is not valid; only \\\" and \\\\ may be escaped in a quoted key", off+i)
 			}
 			continue
 		}
@@ -85,20 +93,21 @@ func parseQuoted(v string) (string, error) {
 			break
 		}
 		if c < 0x20 || c > 0x7e {
-			return "", fmt.Errorf("%w: byte 0x%02x at position %d is not printable ASCII", ErrInvalidKey, c, i)
+			return "", invalidKey("the byte 0x%02x at position %d is not printable ASCII; a quoted key uses only the characters from space to '~'", c, off+i+1)
 		}
 	}
 	if end < 0 {
-		return "", fmt.Errorf("%w: the quoted key has no closing quote", ErrInvalidKey)
+		return "", invalidKey("the quoted key has no closing quote")
 	}
 	if rest := strings.TrimLeft(v[end+1:], " \t"); rest != "" {
+		pos := off + len(v) - len(rest) + 1
 		switch rest[0] {
 		case ',':
-			return "", fmt.Errorf("%w: a list of keys is not allowed; send one key", ErrInvalidKey)
+			return "", invalidKey("the header holds a list of keys (a comma at position %d); send exactly one key", pos)
 		case ';':
-			return "", fmt.Errorf("%w: parameters are not allowed", ErrInvalidKey)
+			return "", invalidKey("parameters (a semicolon at position %d) are not allowed; send the key alone", pos)
 		}
-		return "", fmt.Errorf("%w: unexpected characters after the closing quote", ErrInvalidKey)
+		return "", invalidKey("unexpected characters at position %d, after the closing quote; send the quoted key alone", pos)
 	}
 	key := v[1:end]
 	if escaped {
@@ -113,10 +122,10 @@ func parseQuoted(v string) (string, error) {
 		key = b.String()
 	}
 	if key == "" {
-		return "", fmt.Errorf("%w: the key is empty", ErrInvalidKey)
+		return "", invalidKey("the key is empty; send 1 to %d characters, such as a UUID", MaxKeyLength)
 	}
 	if len(key) > MaxKeyLength {
-		return "", fmt.Errorf("%w: %d characters, more than %d", ErrInvalidKey, len(key), MaxKeyLength)
+		return "", invalidKey("the key is %d characters long; the limit is %d", len(key), MaxKeyLength)
 	}
 	return key, nil
 }

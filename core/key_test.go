@@ -148,3 +148,33 @@ func FuzzScope(f *testing.F) {
 		}
 	})
 }
+
+// TestKeyErrorMessages pins the reasons a client developer reads in the
+// 400's detail: a sentence, with the 1-based position of a bad byte in
+// the header value as sent.
+func TestKeyErrorMessages(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"a b", "the key has a space at position 2; quote the key to keep its spaces, or remove them"},
+		{"  clé", "the byte 0xc3 at position 5 is not printable ASCII; a key uses only the characters from '!' to '~'"},
+		{"a,b", "the header holds a list of keys (a comma at position 2); send exactly one key"},
+		{`"a" ,"b"`, "the header holds a list of keys (a comma at position 5); send exactly one key"},
+		{`"a";x=1`, "parameters (a semicolon at position 4) are not allowed; send the key alone"},
+		{`a"b`, `the character '"' at position 2 may only appear inside a quoted key, such as "a\"b"`},
+		{`"a\nb"`, `the escape at position 3 is not valid; only \" and \\ may be escaped in a quoted key`},
+		{`"abc`, "the quoted key has no closing quote"},
+		{`"a"x`, "unexpected characters at position 4, after the closing quote; send the quoted key alone"},
+		{"", "the key is empty; send 1 to 255 characters, such as a UUID"},
+		{strings.Repeat("k", 256), "the key is 256 characters long; the limit is 255"},
+	} {
+		_, err := ParseKey([]string{tc.in})
+		if err == nil || err.Error() != ErrInvalidKey.Error()+": "+tc.want {
+			t.Errorf("ParseKey(%q):\n got %v\nwant %s", tc.in, err, tc.want)
+		}
+	}
+	if _, err := ParseKey([]string{"a", "b"}); err == nil || !strings.HasSuffix(err.Error(), "the header was sent 2 times; send it once, with one key") {
+		t.Errorf("two lines: %v", err)
+	}
+	if got := sentence("the key is empty; send one"); got != "The key is empty; send one." {
+		t.Errorf("sentence: %q", got)
+	}
+}

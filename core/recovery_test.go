@@ -435,3 +435,36 @@ func TestReleaseFailureIsRetriedAndReported(t *testing.T) {
 		}
 	})
 }
+
+func TestFailedClaimReleasesItsOrphan(t *testing.T) {
+	s := &lateStore{testStore: newTestStore()}
+	e, _ := newEngine(t, s)
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	if w := post(h, "/", "k", ""); w.Code != 503 {
+		t.Fatalf("first: %d", w.Code)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.count("release") == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	s.late.Store(false)
+	if w := post(h, "/", "k", ""); w.Code != 201 {
+		t.Errorf("retry after a claim whose answer was lost: %d, want 201 (the orphan released)", w.Code)
+	}
+}
+
+// lateStore takes the claim but reports an error, as a timed-out call
+// whose write landed.
+type lateStore struct {
+	*testStore
+	late atomic.Bool
+}
+
+func (s *lateStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+	res, err := s.testStore.Claim(ctx, c)
+	if s.late.Load() || s.count("claim") == 1 {
+		s.late.Store(true)
+		return ClaimResult{}, context.DeadlineExceeded
+	}
+	return res, err
+}

@@ -61,7 +61,7 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		x.fail(OutcomeMissingKey, problemMissingKey, "Send an "+e.cfg.keyHeader+" header with a unique key, such as a UUID.")
 		return
 	case err != nil:
-		x.fail(OutcomeInvalidKey, problemInvalidKey, strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": "))
+		x.fail(OutcomeInvalidKey, problemInvalidKey, sentence(strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": ")))
 		return
 	}
 	f.key, f.ev.key = key, key
@@ -328,4 +328,19 @@ func (s *statusWriter) Flush() {
 
 func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return http.NewResponseController(s.ResponseWriter).Hijack()
+}
+
+// sentence makes an error's reason a sentence: a capital first letter and
+// a final period.
+func sentence(s string) string {
+	if s == "" {
+		return s
+	}
+	if c := s[0]; 'a' <= c && c <= 'z' {
+		s = string(c-'a'+'A') + s[1:]
+	}
+	if !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
 }

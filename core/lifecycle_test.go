@@ -1,0 +1,85 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestLostClaimWithTransactionAnswers500(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &txStore{testStore: newTestStore()}
+		e, _ := newEngine(t, s, WithLease(3*time.Second), WithHeartbeat(time.Second))
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// An operator evicts the running claim.
+			s.Delete(r.Context(), Scope("", "POST", ""), "k")
+			time.Sleep(2 * time.Second)
+			w.WriteHeader(201)
+		}))
+		if w := post(h, "/", "k", ""); w.Code != 500 {
+			t.Errorf("a lost claim in a transaction: %d, want 500 (nothing was committed)", w.Code)
+		}
+		if s.committed != 0 || s.rolled == 0 {
+			t.Errorf("committed %d, rolled back %d", s.committed, s.rolled)
+		}
+	})
+}
+
+func TestCorruptRecordFailsClosed(t *testing.T) {
+	s := newTestStore()
+	e, ev := newEngine(t, s)
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	post(h, "/", "k", "")
+	for _, r := range s.recs {
+		r.Response.Status = 0
+	}
+	if w := post(h, "/", "k", ""); w.Code != 503 {
+		t.Errorf("replaying a corrupt record: %d, want 503", w.Code)
+	}
+	if got := ev.outcomes(); got[1] != OutcomeStoreFailure {
+		t.Errorf("outcomes %v", got)
+	}
+}
+
+func TestWaitNeverRunsBesideAFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := &flakyStore{testStore: newTestStore()}
+		e, ev := newEngine(t, fs, WithWait(5*time.Second), WithFailOpen())
+		var inside, most atomic.Int32
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := inside.Add(1)
+			most.Store(max(most.Load(), n))
+			time.Sleep(2 * time.Second)
+			inside.Add(-1)
+		}))
+		done := make(chan struct{})
+		go func() { post(h, "/", "k", ""); close(done) }()
+		synctest.Wait()
+		fs.failAfter.Store(2) // the waiter's first look succeeds, its second fails
+		if w := post(h, "/", "k", ""); w.Code != 409 {
+			t.Errorf("store failure while waiting: %d, want 409", w.Code)
+		}
+		<-done
+		if most.Load() != 1 {
+			t.Errorf("%d handlers ran at once", most.Load())
+		}
+		_ = ev
+	})
+}
+
+// flakyStore fails Claim once failAfter counts down to zero.
+type flakyStore struct {
+	*testStore
+	failAfter atomic.Int32
+}
+
+func (s *flakyStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+	if s.failAfter.Load() > 0 && s.failAfter.Add(-1) == 0 {
+		return ClaimResult{}, errors.New("flaky")
+	}
+	return s.testStore.Claim(ctx, c)
+}
