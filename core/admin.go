@@ -132,7 +132,6 @@ func nsDetail(ns string) string {
 	return " in namespace " + strconv.Quote(ns)
 }
 
-
 var (
 	problemAdminNotFound    = problemKind{"admin-not-found", http.StatusNotFound, "No such record"}
 	problemAdminParams      = problemKind{"admin-parameters", http.StatusBadRequest, "Invalid record address"}
