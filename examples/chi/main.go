@@ -60,20 +60,25 @@ func main() {
 		app.Fatal(err, false)
 	}
 
-	svc := orders.New()
-	r.Use(idemchi.Middleware(engine)) // POST and PATCH need an Idempotency-Key
-	r.Post("/orders", svc.Create)
-	r.Get("/orders", svc.List)
-	r.Get("/orders/{id}", func(w http.ResponseWriter, r *http.Request) { svc.Get(w, r, param(r)) })
-	r.Post("/orders/{id}/payments", func(w http.ResponseWriter, r *http.Request) { svc.Pay(w, r, param(r)) })
+	// Operations routes sit outside the idempotency middleware: their
+	// requests are neither keyed, stored nor counted in its metrics.
 	if metricsHandler != nil {
-		r.Method(http.MethodGet, "/metrics", metricsHandler) // GET: never touched by idem
+		r.Method(http.MethodGet, "/metrics", metricsHandler)
 	}
 	if adminToken != "" {
 		// Sensitive: evicting a key lets the next duplicate run. Keep it
 		// behind your own authentication; a bearer token stands in here.
 		r.Handle("/admin/idem", requireToken(adminToken, engine.AdminHandler()))
 	}
+
+	svc := orders.New()
+	r.Group(func(api chi.Router) {
+		api.Use(idemchi.Middleware(engine)) // POST and PATCH need an Idempotency-Key
+		api.Post("/orders", svc.Create)
+		api.Get("/orders", svc.List)
+		api.Get("/orders/{id}", func(w http.ResponseWriter, r *http.Request) { svc.Get(w, r, param(r)) })
+		api.Post("/orders/{id}/payments", func(w http.ResponseWriter, r *http.Request) { svc.Pay(w, r, param(r)) })
+	})
 
 	if err := app.Serve(ctx, flags.Addr, r, engine.Close); err != nil {
 		app.Fatal(err, false)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 var bin string // folder of the built example programs
@@ -290,6 +291,17 @@ func TestAdminHandler(t *testing.T) {
 	if r := call(t, "GET", admin, "", ""); r.code != 401 {
 		t.Errorf("admin without the token: %d", r.code)
 	}
+	// Outside the idempotency middleware: a POST without a key is the
+	// admin handler's 405 (or 401 without the token), never a 400
+	// missing-key, and nothing of it is stored.
+	if r := call(t, "POST", admin, "", ""); r.code != 401 {
+		t.Errorf("admin POST without the token: %d %q, want 401", r.code, r.body)
+	}
+	for range 2 {
+		if r := call(t, "POST", admin, "k-admin", "", "Authorization", "Bearer s3cret"); r.code != 405 || r.replayed() {
+			t.Errorf("admin POST: %d replayed=%v, want a fresh 405 each time", r.code, r.replayed())
+		}
+	}
 	auth := []string{"Authorization", "Bearer s3cret"}
 	r := call(t, "GET", admin, "", "", auth...)
 	if r.code != 200 || !strings.Contains(r.body, `"state":"completed"`) || !strings.Contains(r.body, `"status":201`) || strings.Contains(r.body, "book") {
@@ -356,7 +368,9 @@ func storeArgs(t *testing.T, store string) []string {
 	switch store {
 	case "redis":
 		u := reachable(t, "IDEM_TEST_REDIS_URL", redisDefault)
-		return []string{"-store", "redis", "-redis-url", u, "-redis-prefix", "e2e-" + randomName() + ":"}
+		prefix := "e2e-" + randomName() + ":"
+		t.Cleanup(func() { deleteRedisPrefix(t, u, prefix) })
+		return []string{"-store", "redis", "-redis-url", u, "-redis-prefix", prefix}
 	default:
 		u := reachable(t, "IDEM_TEST_POSTGRES_URL", postgresDefault)
 		table := "e2e_" + randomName()
@@ -375,6 +389,7 @@ func storeArgs(t *testing.T, store string) []string {
 func TestSharedStores(t *testing.T) {
 	for _, store := range []string{"redis", "postgres"} {
 		t.Run(store, func(t *testing.T) {
+			t.Parallel() // each store's kill test waits out a lease
 			t.Run("orders examples", func(t *testing.T) {
 				for _, ex := range []string{"chi", "gin", "echo", "echov5", "nethttp"} {
 					checkOrders(t, start(t, ex, storeArgs(t, store)...))
@@ -487,5 +502,26 @@ func TestSharedStores(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// deleteRedisPrefix deletes every key under prefix, so tests leave
+// nothing behind.
+func deleteRedisPrefix(t *testing.T, rawURL, prefix string) {
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		t.Errorf("cleaning up %s*: %v", prefix, err)
+		return
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		c.Del(ctx, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Errorf("cleaning up %s*: %v", prefix, err)
 	}
 }

@@ -256,11 +256,14 @@ func (p *Proxy) serve(c net.Conn) {
 			return // the server handled it; the client never hears
 		}
 		resp.Body, resp.ContentLength, resp.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
+		// Counted before the write, so a client that has its answer sees
+		// it in Stats; a write that fails moves it to failed.
+		p.forwarded.Add(1)
 		if err := resp.Write(c); err != nil {
+			p.forwarded.Add(-1)
 			p.failed.Add(1)
 			return
 		}
-		p.forwarded.Add(1)
 		if resp.Close || req.Close {
 			return
 		}
