@@ -47,10 +47,9 @@ func TestNatsConsumer(t *testing.T) {
 			})
 			t.Run("SIGTERM finishes the message in hand", func(t *testing.T) {
 				e := newNatsEnv(t, store, 0)
-				c := e.start(t, "-work-delay", "2s")
+				c := e.start(t, "-work-delay", "1s")
 				e.publish(t, "term-1", payment(1))
-				waitFor(t, "the message to be delivered", func() bool { return e.info(t).NumAckPending == 1 })
-				time.Sleep(500 * time.Millisecond) // well inside the work delay
+				waitFor(t, "the message's claim", func() bool { return e.records(t) == 1 }) // in its work delay
 				if code := c.stop(t); code != 0 {
 					t.Errorf("exit code %d after SIGTERM", code)
 				}
@@ -69,11 +68,14 @@ func TestNatsConsumer(t *testing.T) {
 				for i := range 4 {
 					e.publish(t, fmt.Sprintf("kill-%d", i), payment(i))
 				}
-				waitFor(t, "two payments", func() bool { return a.count("outcome=paid", "replayed=false") >= 2 })
-				time.Sleep(300 * time.Millisecond) // inside the third message's work delay
+				// Two messages done, the third claimed and in its work delay.
+				waitFor(t, "the third claim", func() bool { return e.records(t) == 3 })
 				a.cmd.Process.Signal(syscall.SIGKILL)
 				a.cmd.Wait()
 				before := e.payments(t)
+				if before != 2 {
+					t.Errorf("%d payments when killed, want 2", before)
+				}
 				b := e.start(t, args...)
 				e.drain(t, b)
 				e.wantPayments(t, 4)
@@ -184,6 +186,7 @@ type natsEnv struct {
 	stream, subject, consumer string
 	pgURL, table              string
 	args                      []string // the consumer's flags
+	records                   func(t *testing.T) int
 }
 
 // newNatsEnv creates a stream with the duplicate window dup (0: the
@@ -205,8 +208,10 @@ func newNatsEnv(t *testing.T, store string, dup time.Duration) *natsEnv {
 		"-stream", e.stream, "-subject", e.subject, "-consumer", e.consumer, "-payments-table", e.table)
 	if store == "postgres" {
 		e.args = append(e.args, "-exactly-once")
+		records := "SELECT count(*) FROM " + pgx.Identifier{flagValue(e.args, "-pg-table")}.Sanitize()
+		e.records = func(t *testing.T) int { return e.count(t, records) }
 	} else {
-		cleanRedis(t, e.args)
+		e.records = redisRecords(t, e.args)
 	}
 	t.Cleanup(func() { e.exec(t, "DROP TABLE IF EXISTS "+pgx.Identifier{e.table}.Sanitize()) })
 
@@ -233,27 +238,30 @@ func newNatsEnv(t *testing.T, store string, dup time.Duration) *natsEnv {
 	return e
 }
 
-// cleanRedis deletes the records under the -redis-prefix of args when the
-// test ends.
-func cleanRedis(t *testing.T, args []string) {
-	var u, prefix string
+// flagValue returns the value of the last flag name in args.
+func flagValue(args []string, name string) string {
+	v := ""
 	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "-redis-url":
-			u = args[i+1]
-		case "-redis-prefix":
-			prefix = args[i+1]
+		if args[i] == name {
+			v = args[i+1]
 		}
 	}
-	opt, err := redis.ParseURL(u)
+	return v
+}
+
+// redisRecords returns a function that counts the records under the
+// -redis-prefix of args, and deletes them when the test ends.
+func redisRecords(t *testing.T, args []string) func(*testing.T) int {
+	opt, err := redis.ParseURL(flagValue(args, "-redis-url"))
+	prefix := flagValue(args, "-redis-prefix")
 	if err != nil || prefix == "" {
 		t.Fatalf("no Redis URL and prefix in %q: %v", args, err)
 	}
+	client := redis.NewClient(opt)
 	t.Cleanup(func() {
+		defer client.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		client := redis.NewClient(opt)
-		defer client.Close()
 		iter := client.Scan(ctx, 0, prefix+"*", 500).Iterator()
 		for iter.Next(ctx) {
 			client.Del(ctx, iter.Val())
@@ -262,6 +270,14 @@ func cleanRedis(t *testing.T, args []string) {
 			t.Errorf("deleting the Redis records under %q: %v", prefix, err)
 		}
 	})
+	return func(t *testing.T) int {
+		t.Helper()
+		keys, err := client.Keys(t.Context(), prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(keys)
+	}
 }
 
 func (e *natsEnv) exec(t *testing.T, sql string) {
@@ -322,6 +338,21 @@ func (e *natsEnv) drain(t *testing.T, c *consumerProc) {
 func (e *natsEnv) payments(t *testing.T) int {
 	t.Helper()
 	n, _ := e.countPayments(t)
+	return n
+}
+
+// count runs a query for one number.
+func (e *natsEnv) count(t *testing.T, sql string) int {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), e.pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(t.Context(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
 	return n
 }
 
