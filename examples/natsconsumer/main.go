@@ -1,37 +1,29 @@
 // Command natsconsumer processes each message of a NATS JetStream stream
-// once: every message goes through idem's Engine.Do, keyed by the
-// message, and its side effect, a row in a PostgreSQL table of payments,
-// happens once however often the message arrives.
+// once, through idem's Engine.Do: its side effect, a row in a PostgreSQL
+// table of payments, happens once however often the message arrives.
 //
-//	go run ./examples/natsconsumer -store redis
-//	go run ./examples/natsconsumer -store postgres -exactly-once
+//	go run ./examples/natsconsumer -store postgres -exactly-once   # or -store redis
 //	nats pub payments '{"account":"acct-7","amount_cents":1250}' -H Nats-Msg-Id:pay-1
 //
-// The key is the message's Nats-Msg-Id header ("id:" + the id), or, when
-// the publisher set none, its place in the stream ("seq:" + stream + ":" +
-// sequence), which still covers redeliveries. JetStream drops a
-// republished Msg-Id by itself, but only within the stream's duplicate
-// window (2 minutes by default) and only at publish time. idem covers what
-// that does not: a publisher that retries after the window, and a message
-// delivered again because its ack was lost, or because the consumer
-// crashed or timed out (AckWait) after the side effect. Such a message is
-// acked with the stored result instead of being processed again.
+// The key is the Nats-Msg-Id header ("id:" + the id), or without one the
+// message's place in the stream ("seq:" + stream + ":" + sequence). JetStream
+// drops a republished Msg-Id itself, but only at publish time and within
+// the stream's duplicate window (2 minutes by default); idem also covers a
+// publisher retrying after the window and a message delivered again after
+// a lost ack, a crash or an AckWait timeout. Such a message is acked with
+// the stored result instead of being processed again.
 //
-// What Do returns decides the message's fate: success or a replay is
-// acked; a payload that is not a payment is a Final error, stored and
-// acked too; a *RetryError (the message is in flight on another consumer,
-// or the store failed) is Nak'ed with its delay; the same Msg-Id with
-// another payload (ErrMismatch) is terminated. With -store postgres
-// -exactly-once, the payment row is written through pgxstore.Tx and
-// commits in one transaction with the idempotency record: a crash at any
-// point leaves both or neither. With Redis (or PostgreSQL without
-// -exactly-once) they are two writes, so a crash between the INSERT and
-// the record lets the redelivery insert again.
+// Success, a replay and a Final error (a payload that is not a payment)
+// are acked; a *RetryError (the key is claimed by a run still going, or by
+// a crashed one until its lease ends, or the store failed) is Nak'ed with
+// its delay; ErrMismatch (the Msg-Id came with another payload) is
+// terminated. With -exactly-once the row is written through pgxstore.Tx
+// and commits with the record in one transaction; with Redis they are two
+// writes, and a crash between them makes the redelivery insert again.
 //
-// It prints one line to stdout once it consumes, then logs one line per
-// message to stderr (the key's hash, whether it was replayed, what was
-// done with the message). SIGINT and SIGTERM stop fetching, let the
-// message in hand finish, and close the engine.
+// It prints one line to stdout once it consumes and logs one line per
+// message to stderr. SIGINT and SIGTERM stop fetching, finish the message
+// in hand and close the engine.
 package main
 
 import (
