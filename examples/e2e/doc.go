@@ -4,5 +4,7 @@
 // and PostgreSQL, including two processes sharing one store, a process
 // killed mid-request, and a store that goes away and comes back. The
 // client tests send requests through idemclient over a fault proxy
-// (examples/internal/flaky) and across a killed process.
+// (examples/internal/flaky) and across a killed process. The NATS tests
+// run examples/natsconsumer against the real JetStream server and count
+// the side effects after lost acks, kills and duplicates.
 package e2e

@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 		"github.com/idemkit/idem/examples/echov5",
 		"github.com/idemkit/idem/examples/loadgen",
 		"github.com/idemkit/idem/examples/client",
+		"github.com/idemkit/idem/examples/natsconsumer",
 	)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

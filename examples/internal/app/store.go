@@ -22,10 +22,11 @@ type StoreFlags struct {
 	RedisPrefix string
 	PostgresURL string
 	PGTable     string
+	ExactlyOnce bool // postgres only: pgxstore's exactly-once mode
 }
 
-// Register adds -store, -redis-url, -redis-prefix, -postgres-url and
-// -pg-table to fs. The URLs default to $IDEM_REDIS_URL and
+// Register adds -store, -redis-url, -redis-prefix, -postgres-url,
+// -pg-table and -exactly-once to fs. The URLs default to $IDEM_REDIS_URL and
 // $IDEM_POSTGRES_URL, then to the local servers.
 func (f *StoreFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Kind, "store", "memory", "idempotency store: memory, redis or postgres")
@@ -33,19 +34,24 @@ func (f *StoreFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.RedisPrefix, "redis-prefix", redisstore.DefaultPrefix, "prefix of the Redis keys (-store redis)")
 	fs.StringVar(&f.PostgresURL, "postgres-url", envOr("IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL (-store postgres)")
 	fs.StringVar(&f.PGTable, "pg-table", pgxstore.DefaultTable, "PostgreSQL table of the records (-store postgres)")
+	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "commit the handler's writes with the record in one transaction (-store postgres)")
 }
 
 // Validate reports a bad flag value.
 func (f *StoreFlags) Validate() error {
-	switch f.Kind {
-	case "memory", "redis", "postgres":
+	switch {
+	case f.ExactlyOnce && f.Kind != "postgres":
+		return fmt.Errorf("-exactly-once needs -store postgres, not %q", f.Kind)
+	case f.Kind == "memory", f.Kind == "redis", f.Kind == "postgres":
 		return nil
 	}
 	return fmt.Errorf("-store %q: want memory, redis or postgres", f.Kind)
 }
 
 // Open returns the chosen store and a function that closes it. With
-// PostgreSQL it creates the table when it does not exist.
+// PostgreSQL it creates the table when it does not exist, and with
+// -exactly-once it returns the store's exactly-once view, whose handlers
+// reach their transaction with pgxstore.Tx.
 func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 	switch f.Kind {
 	case "memory":
@@ -78,6 +84,9 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 			s.Close()
 			pool.Close()
 			return nil, nil, fmt.Errorf("creating the schema: %w", err)
+		}
+		if f.ExactlyOnce {
+			return s.ExactlyOnce(), func() { s.Close(); pool.Close() }, nil
 		}
 		return s, func() { s.Close(); pool.Close() }, nil
 	}
