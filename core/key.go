@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -129,3 +131,23 @@ func parseQuoted(v string, off int) (string, error) {
 	}
 	return key, nil
 }
+
+// KeyFor returns id as a key for Op.Key when it is one (1 to MaxKeyLength
+// printable ASCII characters), and otherwise "sha256:" and its hex
+// SHA-256, so that any identifier a transport carries (a message id of any
+// length or bytes) can key an operation. Prefix ids of different kinds
+// yourself ("msg:", "seq:") so they cannot collide.
+//
+//	op.Key = idem.KeyFor("msg:" + msg.Header.Get("Nats-Msg-Id"))
+func KeyFor(id string) string {
+	if checkKey(id) == nil {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// KeyHash returns the hash the engine's events and logs give a key
+// (Event.KeyHash): the first 16 hex digits of its SHA-256, or "" for no
+// key. Log it instead of the key.
+func KeyHash(key string) string { return hashKey(key) }

@@ -178,3 +178,24 @@ func TestKeyErrorMessages(t *testing.T) {
 		t.Errorf("sentence: %q", got)
 	}
 }
+
+func TestKeyFor(t *testing.T) {
+	for _, id := range []string{"a", "msg:42", strings.Repeat("k", 255), "with space"} {
+		if got := KeyFor(id); got != id {
+			t.Errorf("KeyFor(%q) = %q, want it unchanged", id, got)
+		}
+	}
+	for _, id := range []string{"", strings.Repeat("k", 256), "clé", "a\nb"} {
+		got := KeyFor(id)
+		if !strings.HasPrefix(got, "sha256:") || len(got) != 7+64 || checkKey(got) != nil {
+			t.Errorf("KeyFor(%q) = %q, want a hashed key", id, got)
+		}
+	}
+	if KeyFor("clé") == KeyFor("cle") {
+		t.Error("two ids, one key")
+	}
+	ev := Event{key: "abc"}
+	if KeyHash("abc") != ev.KeyHash() || KeyHash("") != "" {
+		t.Errorf("KeyHash %q, Event.KeyHash %q", KeyHash("abc"), ev.KeyHash())
+	}
+}

@@ -28,8 +28,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -37,7 +35,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -255,7 +252,7 @@ func (w *worker) handle(msg jetstream.Msg) {
 	})
 	stop()
 
-	log := w.log.With("key_hash", hashKey(key), "stream_seq", meta.Sequence.Stream,
+	log := w.log.With("key_hash", idem.KeyHash(key), "stream_seq", meta.Sequence.Stream,
 		"delivered", meta.NumDelivered, "replayed", replayed)
 	var final *idem.FinalError
 	var retry *idem.RetryError
@@ -312,20 +309,14 @@ func (w *worker) pay(ctx context.Context, key string, data []byte) (receipt, err
 	return r, err
 }
 
-// messageKey is msg's idempotency key: "id:" and its Nats-Msg-Id (hashed
-// when it is not a valid key), or else "seq:" and its place in the stream.
-// The prefixes keep the two kinds apart.
+// messageKey is msg's idempotency key: "id:" and its Nats-Msg-Id, or
+// else "seq:" and its place in the stream, hashed when it is not a valid
+// key. The prefixes keep the two kinds apart.
 func messageKey(msg jetstream.Msg, meta *jetstream.MsgMetadata) string {
-	id := msg.Headers().Get(jetstream.MsgIDHeader)
-	if id == "" {
-		return fmt.Sprintf("seq:%s:%d", meta.Stream, meta.Sequence.Stream)
+	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		return idem.KeyFor("id:" + id)
 	}
-	key := "id:" + id
-	if len(key) > idem.MaxKeyLength || strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
-		sum := sha256.Sum256([]byte(id))
-		return "id:sha256:" + hex.EncodeToString(sum[:])
-	}
-	return key
+	return idem.KeyFor(fmt.Sprintf("seq:%s:%d", meta.Stream, meta.Sequence.Stream))
 }
 
 // keepInProgress tells JetStream every interval that msg is still being
@@ -346,13 +337,6 @@ func keepInProgress(msg jetstream.Msg, every time.Duration) (stop func()) {
 		}
 	}()
 	return func() { t.Stop(); close(done) }
-}
-
-// hashKey is how the log names a key, as the engine's own events do
-// (idem.Event.KeyHash): never the key itself.
-func hashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:8])
 }
 
 func envOr(name, def string) string {
