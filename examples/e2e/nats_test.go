@@ -250,7 +250,7 @@ func flagValue(args []string, name string) string {
 }
 
 // redisRecords returns a function that counts the records under the
-// -redis-prefix of args, and deletes them when the test ends.
+// -redis-prefix of args (storeArgs deletes them when the test ends).
 func redisRecords(t *testing.T, args []string) func(*testing.T) int {
 	opt, err := redis.ParseURL(flagValue(args, "-redis-url"))
 	prefix := flagValue(args, "-redis-prefix")
@@ -258,18 +258,7 @@ func redisRecords(t *testing.T, args []string) func(*testing.T) int {
 		t.Fatalf("no Redis URL and prefix in %q: %v", args, err)
 	}
 	client := redis.NewClient(opt)
-	t.Cleanup(func() {
-		defer client.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		iter := client.Scan(ctx, 0, prefix+"*", 500).Iterator()
-		for iter.Next(ctx) {
-			client.Del(ctx, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Errorf("deleting the Redis records under %q: %v", prefix, err)
-		}
-	})
+	t.Cleanup(func() { client.Close() })
 	return func(t *testing.T) int {
 		t.Helper()
 		keys, err := client.Keys(t.Context(), prefix+"*").Result()
