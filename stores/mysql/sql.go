@@ -99,8 +99,10 @@ const expiredSQL = "SELECT scope, `key` FROM {{t}} WHERE expires_at <= :now ORDE
 // primary key, in key order, exactly as a claim locks them: a range scan
 // of the secondary index would lock its entries first and deadlock with a
 // takeover that holds the row and moves its entry. A row a claim took
-// over since expiredSQL read it is left alone.
-const deleteExpiredSQL = "DELETE FROM {{t}} WHERE (scope, `key`) IN (:in) AND expires_at + 0 <= :now"
+// over since expiredSQL read it is left alone. The ORDER BY and LIMIT
+// change nothing but satisfy sql_safe_updates and statement-based
+// binary logging.
+const deleteExpiredSQL = "DELETE FROM {{t}} WHERE (scope, `key`) IN (:in) AND expires_at + 0 <= :now ORDER BY scope, `key` LIMIT :limit"
 
 // watchSQL reads the state of the watched keys listed in :in.
 const watchSQL = "SELECT scope, `key`, token, state, expires_at FROM {{t}} WHERE (scope, `key`) IN (:in)"
@@ -121,7 +123,7 @@ func newQueries(table string) queries {
 		delete:        compile(deleteSQL, t, "scope", "key"),
 		get:           compile(getSQL, t, "scope", "key", "now"),
 		expired:       compile(expiredSQL, t, "now", "limit"),
-		deleteExpired: compile(deleteExpiredSQL, t, "in", "now"),
+		deleteExpired: compile(deleteExpiredSQL, t, "in", "now", "limit"),
 		watch:         compile(watchSQL, t, "in"),
 	}
 }

@@ -384,7 +384,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		if len(keys) == 0 {
 			return total, nil
 		}
-		n, err := s.exec(ctx, s.q.deleteExpired.render(pairList(scopes, keys), nowUS))
+		n, err := s.exec(ctx, s.q.deleteExpired.render(pairList(scopes, keys), nowUS, len(keys)))
 		total += int(n)
 		if err != nil {
 			return total, fmt.Errorf("mysqlstore: delete expired: %w", err)
