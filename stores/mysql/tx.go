@@ -114,10 +114,9 @@ func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string
 	}
 	tx, err := s.db.BeginTx(txCtx, opts)
 	if !stop() {
-		// ctx ended while starting: the transaction is being rolled back.
-		if err == nil {
-			err = ctx.Err()
-		}
+		// ctx ended while starting: database/sql rolls the transaction
+		// back, if it started at all.
+		err = context.Cause(ctx)
 	}
 	if err != nil {
 		cancel()
@@ -174,6 +173,9 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 		rbErr := t.end(ctx, t.tx.Rollback)
 		if errors.Is(err, idem.ErrLeaseLost) {
 			return err
+		}
+		if ctx.Err() != nil {
+			rbErr = nil // the rollback ran out of time too; the error says why
 		}
 		return errors.Join(fmt.Errorf("mysqlstore: commit: %w", err), ignoreDone(rbErr))
 	}
