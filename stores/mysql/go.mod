@@ -4,7 +4,7 @@ go 1.26
 
 require (
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/idemkit/idem/conformance v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/conformance v0.0.0
 	github.com/idemkit/idem/core v0.0.0
 )
 
