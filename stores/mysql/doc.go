@@ -64,13 +64,14 @@
 // The upsert takes an exclusive lock for its duplicate check where a plain
 // INSERT takes a shared one: two plain INSERTs racing for a key whose row
 // was just deleted (released, swept) both hold the shared lock and
-// deadlock upgrading it. No statement of the store locks more than one row
-// of a claim's, none takes a lock through the expires_at index, and the
-// sweeper locks rows through the primary key, in key order, like a claim,
-// so claims never deadlock with each other or with the sweeper. Should
-// another application's transaction on the table make InnoDB pick one of
-// the store's statements as a deadlock victim, it is rolled back and run
-// again.
+// deadlock upgrading it. Every other statement locks at most the one row
+// it names, except the sweeper's DELETE, which locks its batch through the
+// primary key in key order; none locks through the expires_at index (a
+// range scan there would lock index entries before rows, the opposite
+// order of a takeover moving its entry). So claims never deadlock with
+// each other or with the sweeper. Should another application's
+// transaction on the table make InnoDB pick one of the store's statements
+// as a deadlock victim, it is run again.
 //
 // Claim thus never returns a record that was expired at its now, and at
 // most one caller holds a key at a time, at READ COMMITTED, REPEATABLE

@@ -191,9 +191,6 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 // Table returns the name of the store's table.
 func (s *Store) Table() string { return s.table }
 
-// DB returns the *sql.DB the store runs on.
-func (s *Store) DB() *sql.DB { return s.db }
-
 // Close stops the background sweeper and the watch poller and waits for
 // them. It does not close the DB. The store's other methods keep working;
 // Watch and Sweep return ErrClosed. Close is safe to call more than once.

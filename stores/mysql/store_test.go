@@ -384,7 +384,7 @@ func TestNewOptions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nil options: %v", err)
 	}
-	if s.Table() != DefaultTable || s.DB() != db {
+	if s.Table() != DefaultTable || s.db != db {
 		t.Errorf("table %q", s.Table())
 	}
 	s.Close()

@@ -80,20 +80,17 @@ func (s *ExactlyOnceStore) WithTxOptions(opts sql.TxOptions) *ExactlyOnceStore {
 type txKey struct{}
 
 // Tx returns the transaction an exactly-once engine started for the
-// request whose context is ctx, or nil when there is none (the store is
-// not in exactly-once mode, or the request was not claimed). Pass the
-// request's context: r.Context(), with Gin c.Request.Context(), with Echo
-// c.Request().Context().
-//
-// Run the handler's queries on it and never end it: the engine commits it
-// with the record. Calling its Commit commits the handler's writes without
-// the record, so a retry runs them again. Ending it with SQL (COMMIT,
-// ROLLBACK, or a statement that commits implicitly, such as DDL) or a
-// deadlock (InnoDB then rolls the whole transaction back) leaves the
-// connection outside a transaction, and the record would commit on its
-// own: answer 5xx when a statement fails, and the engine rolls back and
-// releases the key. A transaction the handler rolled back with Rollback
-// stores an answer of 400 or more on its own and fails one below 400.
+// request whose context is ctx (r.Context(); with Gin c.Request.Context(),
+// with Echo c.Request().Context()), or nil when there is none. Run the
+// handler's queries on it and never end it: the engine commits it with the
+// record. Its Commit would commit the writes without the record, so a
+// retry runs them again. A transaction ended otherwise (ROLLBACK or COMMIT
+// as SQL, an implicit commit such as DDL, a deadlock, which InnoDB resolves
+// by rolling the whole transaction back) leaves the connection outside a
+// transaction and the record would commit on its own: answer 5xx when a
+// statement fails, and the engine rolls back and releases the key. After
+// its Rollback an answer of 400 or more is stored on its own and one
+// below 400 fails.
 func Tx(ctx context.Context) *sql.Tx {
 	if t, ok := ctx.Value(txKey{}).(*txn); ok {
 		return t.tx
