@@ -43,7 +43,7 @@ func (f *StoreFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.PGTable, "pg-table", pgxstore.DefaultTable, "PostgreSQL table of the records (-store postgres)")
 	fs.StringVar(&f.MySQLDSN, "mysql-dsn", envOr("IDEM_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test"), "MySQL DSN, go-sql-driver syntax (-store mysql)")
 	fs.StringVar(&f.MySQLTable, "mysql-table", mysqlstore.DefaultTable, "MySQL table of the records (-store mysql)")
-	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "commit each request's record in a transaction of its own (-store postgres or mysql)")
+	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "run each claimed request in a database transaction that commits with its record (-store postgres or mysql)")
 }
 
 // Validate reports a bad flag value.
