@@ -102,6 +102,17 @@ func newDB(tb testing.TB, maxOpen int, configure ...func(*mysql.Config)) *sql.DB
 	return db
 }
 
+// offlineDB returns a *sql.DB that is never used to reach a server, for
+// tests of New's argument checks.
+func offlineDB(tb testing.TB) *sql.DB {
+	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/none")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
 func randomTable() string {
 	var b [6]byte
 	rand.Read(b[:])

@@ -11,7 +11,7 @@ import (
 
 func TestTableNameValidation(t *testing.T) {
 	long := strings.Repeat("a", 64)
-	db := newDB(t, 1)
+	db := offlineDB(t)
 	for _, tc := range []struct {
 		name string
 		ok   bool

@@ -364,7 +364,7 @@ func TestReleaseMissing(t *testing.T) {
 }
 
 func TestNewOptions(t *testing.T) {
-	db := newDB(t, 1)
+	db := offlineDB(t)
 	for name, opts := range map[string][]Option{
 		"nil table":            {WithTable("")},
 		"bad table":            {WithTable("a-b")},
