@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/chi/v5 v5.5.0
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemkit/idem/adapters/chi v0.0.0
 	github.com/idemkit/idem/adapters/echo v0.0.0
 	github.com/idemkit/idem/adapters/echov5 v0.0.0
@@ -14,6 +15,7 @@ require (
 	github.com/idemkit/idem/core v0.0.0
 	github.com/idemkit/idem/otel v0.0.0
 	github.com/idemkit/idem/stores/memory v0.0.0
+	github.com/idemkit/idem/stores/mysql v0.0.0
 	github.com/idemkit/idem/stores/pgx v0.0.0
 	github.com/idemkit/idem/stores/redis v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -27,6 +29,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect
@@ -97,6 +100,7 @@ replace (
 	github.com/idemkit/idem/core => ../core
 	github.com/idemkit/idem/otel => ../otel
 	github.com/idemkit/idem/stores/memory => ../stores/memory
+	github.com/idemkit/idem/stores/mysql => ../stores/mysql
 	github.com/idemkit/idem/stores/pgx => ../stores/pgx
 	github.com/idemkit/idem/stores/redis => ../stores/redis
 )

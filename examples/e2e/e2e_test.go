@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -223,6 +225,7 @@ func TestFixtureBadFlags(t *testing.T) {
 		{"-ttl", "-1s"},
 		{"-max-response", "-5"},
 		{"-lease", "soon"},
+		{"-exactly-once"}, // the memory store has no transactions
 	} {
 		cmd := exec.Command(filepath.Join(bin, "fixture"), args...)
 		out, _ := cmd.CombinedOutput()
@@ -360,7 +363,30 @@ func reachable(t *testing.T, env, def string) string {
 const (
 	redisDefault    = "redis://127.0.0.1:6379/0"
 	postgresDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	mysqlDefault    = "root@tcp(127.0.0.1:3306)/test"
 )
+
+// reachableMySQL is reachable for a go-sql-driver DSN.
+func reachableMySQL(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv("IDEM_TEST_MYSQL_DSN")
+	if dsn == "" {
+		dsn = mysqlDefault
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatalf("IDEM_TEST_MYSQL_DSN: %v", err)
+	}
+	conn, err := net.DialTimeout("tcp", cfg.Addr, 2*time.Second)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("IDEM_TEST_MYSQL_DSN (%s) unreachable and CI is set: %v", cfg.Addr, err)
+		}
+		t.Skipf("IDEM_TEST_MYSQL_DSN (%s) unreachable: %v", cfg.Addr, err)
+	}
+	conn.Close()
+	return dsn
+}
 
 // storeArgs returns the flags that put a program on a fresh, private part
 // of the shared store.
@@ -372,6 +398,18 @@ func storeArgs(t *testing.T, store string) []string {
 		prefix := "e2e-" + randomName() + ":"
 		t.Cleanup(func() { deleteRedisPrefix(t, u, prefix) })
 		return []string{"-store", "redis", "-redis-url", u, "-redis-prefix", prefix}
+	case "mysql":
+		dsn := reachableMySQL(t)
+		table := "e2e_" + randomName()
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if db, err := sql.Open("mysql", dsn); err == nil {
+				db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+table+"`")
+				db.Close()
+			}
+		})
+		return []string{"-store", "mysql", "-mysql-dsn", dsn, "-mysql-table", table}
 	default:
 		u := reachable(t, "IDEM_TEST_POSTGRES_URL", postgresDefault)
 		table := "e2e_" + randomName()
@@ -388,7 +426,7 @@ func storeArgs(t *testing.T, store string) []string {
 }
 
 func TestSharedStores(t *testing.T) {
-	for _, store := range []string{"redis", "postgres"} {
+	for _, store := range []string{"redis", "postgres", "mysql"} {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel() // each store's kill test waits out a lease
 			t.Run("orders examples", func(t *testing.T) {
@@ -502,6 +540,53 @@ func TestSharedStores(t *testing.T) {
 					t.Errorf("the dead claim did not block at all (%v, %d conflicts)", took, conflicts)
 				}
 			})
+		})
+	}
+}
+
+// TestExactlyOnce runs the fixture in exactly-once mode on the stores that
+// have it: two processes share the store, a retry on the other process is
+// replayed, concurrent duplicates run once, and a 5xx releases the key.
+func TestExactlyOnce(t *testing.T) {
+	for _, store := range []string{"postgres", "mysql"} {
+		t.Run(store, func(t *testing.T) {
+			args := append(storeArgs(t, store), "-exactly-once")
+			a := start(t, "fixture", append([]string{"-framework", "chi"}, args...)...)
+			b := start(t, "fixture", append([]string{"-framework", "gin"}, args...)...)
+			first := call(t, "POST", a.url+"/echo", "eo-1", "hello", "Content-Type", "text/plain")
+			retry := call(t, "POST", b.url+"/echo", "eo-1", "hello", "Content-Type", "text/plain")
+			if first.code != 201 || first.replayed() || retry.code != 201 || !retry.replayed() || retry.body != "hello" {
+				t.Errorf("first %d %q, retry on the other %d %q replayed=%v", first.code, first.body, retry.code, retry.body, retry.replayed())
+			}
+			if r := call(t, "POST", a.url+"/echo", "eo-1", "other"); r.code != 422 {
+				t.Errorf("other body: %d", r.code)
+			}
+			var wg sync.WaitGroup
+			codes := make([]int, 10)
+			for i := range codes {
+				wg.Go(func() { codes[i] = call(t, "POST", []*proc{a, b}[i%2].url+"/slow?ms=300", "eo-dup", "").code })
+			}
+			wg.Wait()
+			for _, c := range codes {
+				if c != 200 && c != 409 {
+					t.Errorf("codes %v: want only 200 and 409", codes)
+					break
+				}
+			}
+			for range 2 {
+				if r := call(t, "POST", b.url+"/status/503", "eo-5xx", ""); r.code != 503 || r.replayed() {
+					t.Errorf("5xx: %d replayed=%v", r.code, r.replayed())
+				}
+			}
+			// echo once, slow once over both, 503 twice (released each time).
+			if n := counter(t, a) + counter(t, b); n != 4 {
+				t.Errorf("handlers ran %d times over both processes, want 4", n)
+			}
+			for _, p := range []*proc{a, b} {
+				if code := p.stop(t); code != 0 {
+					t.Errorf("exit code %d after SIGTERM", code)
+				}
+			}
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/idemkit/idem/conformance"
 )
 
@@ -21,19 +22,36 @@ func viaProxy(t *testing.T, rawURL string) (*conformance.Proxy, string) {
 	return p, u.String()
 }
 
+// viaProxyDSN rewrites a go-sql-driver DSN's address to go through a new
+// proxy.
+func viaProxyDSN(t *testing.T, dsn string) (*conformance.Proxy, string) {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := conformance.NewProxy(t, cfg.Addr)
+	cfg.Addr = p.Addr()
+	return p, cfg.FormatDSN()
+}
+
 // TestStoreOutage cuts the store away from a running fixture: requests
 // fail closed with 503 within the store timeout, and once the server is
 // back the same process recovers by itself.
 func TestStoreOutage(t *testing.T) {
 	const timeout = time.Second
-	for _, store := range []string{"redis", "postgres"} {
+	for _, store := range []string{"redis", "postgres", "mysql"} {
 		for name, mode := range map[string]conformance.ProxyMode{"refuse": conformance.ProxyDown, "blackhole": conformance.ProxyBlackhole} {
 			t.Run(store+"/"+name, func(t *testing.T) {
 				args := storeArgs(t, store)
 				for i, a := range args {
-					if a == "-redis-url" || a == "-postgres-url" {
+					if a == "-redis-url" || a == "-postgres-url" || a == "-mysql-dsn" {
 						var p *conformance.Proxy
-						p, args[i+1] = viaProxy(t, args[i+1])
+						if a == "-mysql-dsn" {
+							p, args[i+1] = viaProxyDSN(t, args[i+1])
+						} else {
+							p, args[i+1] = viaProxy(t, args[i+1])
+						}
 						outage(t, p, mode, append(args, "-store-timeout", timeout.String()), timeout)
 						return
 					}

@@ -2,56 +2,66 @@ package app
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	idem "github.com/idemkit/idem/core"
 	memstore "github.com/idemkit/idem/stores/memory"
+	mysqlstore "github.com/idemkit/idem/stores/mysql"
 	pgxstore "github.com/idemkit/idem/stores/pgx"
 	redisstore "github.com/idemkit/idem/stores/redis"
 )
 
 // StoreFlags choose and address the store of an example program.
 type StoreFlags struct {
-	Kind        string // memory, redis or postgres
+	Kind        string // memory, redis, postgres or mysql
 	RedisURL    string
 	RedisPrefix string
 	PostgresURL string
 	PGTable     string
-	ExactlyOnce bool // postgres only: pgxstore's exactly-once mode
+	MySQLDSN    string
+	MySQLTable  string
+	ExactlyOnce bool // postgres and mysql: the engine gets store.ExactlyOnce()
 }
 
 // Register adds -store, -redis-url, -redis-prefix, -postgres-url,
-// -pg-table and -exactly-once to fs. The URLs default to $IDEM_REDIS_URL and
-// $IDEM_POSTGRES_URL, then to the local servers.
+// -pg-table, -mysql-dsn, -mysql-table and -exactly-once to fs. The
+// addresses default to $IDEM_REDIS_URL, $IDEM_POSTGRES_URL and
+// $IDEM_MYSQL_DSN, then to the local servers.
 func (f *StoreFlags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Kind, "store", "memory", "idempotency store: memory, redis or postgres")
+	fs.StringVar(&f.Kind, "store", "memory", "idempotency store: memory, redis, postgres or mysql")
 	fs.StringVar(&f.RedisURL, "redis-url", envOr("IDEM_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (-store redis)")
 	fs.StringVar(&f.RedisPrefix, "redis-prefix", redisstore.DefaultPrefix, "prefix of the Redis keys (-store redis)")
 	fs.StringVar(&f.PostgresURL, "postgres-url", envOr("IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL (-store postgres)")
 	fs.StringVar(&f.PGTable, "pg-table", pgxstore.DefaultTable, "PostgreSQL table of the records (-store postgres)")
-	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "commit the handler's writes with the record in one transaction (-store postgres)")
+	fs.StringVar(&f.MySQLDSN, "mysql-dsn", envOr("IDEM_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test"), "MySQL DSN, go-sql-driver syntax (-store mysql)")
+	fs.StringVar(&f.MySQLTable, "mysql-table", mysqlstore.DefaultTable, "MySQL table of the records (-store mysql)")
+	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "run each claimed request in a database transaction that commits with its record (-store postgres or mysql)")
 }
 
 // Validate reports a bad flag value.
 func (f *StoreFlags) Validate() error {
-	switch {
-	case f.ExactlyOnce && f.Kind != "postgres":
-		return fmt.Errorf("-exactly-once needs -store postgres, not %q", f.Kind)
-	case f.Kind == "memory", f.Kind == "redis", f.Kind == "postgres":
-		return nil
+	switch f.Kind {
+	case "memory", "redis", "postgres", "mysql":
+	default:
+		return fmt.Errorf("-store %q: want memory, redis, postgres or mysql", f.Kind)
 	}
-	return fmt.Errorf("-store %q: want memory, redis or postgres", f.Kind)
+	if f.ExactlyOnce && f.Kind != "postgres" && f.Kind != "mysql" {
+		return errors.New("-exactly-once needs -store postgres or mysql")
+	}
+	return nil
 }
 
-// Open returns the chosen store and a function that closes it. With
-// PostgreSQL it creates the table when it does not exist, and with
-// -exactly-once it returns the store's exactly-once view, whose handlers
-// reach their transaction with pgxstore.Tx.
+// Open returns the chosen store (in exactly-once mode with -exactly-once)
+// and a function that closes it. With PostgreSQL and MySQL it creates the
+// table when it does not exist.
 func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 	switch f.Kind {
 	case "memory":
@@ -89,6 +99,30 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 			return s.ExactlyOnce(), func() { s.Close(); pool.Close() }, nil
 		}
 		return s, func() { s.Close(); pool.Close() }, nil
+	case "mysql":
+		cfg, err := mysql.ParseDSN(f.MySQLDSN)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-mysql-dsn: %w", err)
+		}
+		conn, err := mysql.NewConnector(cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-mysql-dsn: %w", err)
+		}
+		db := sql.OpenDB(conn)
+		s, err := mysqlstore.New(db, mysqlstore.WithTable(f.MySQLTable))
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		if err := s.CreateSchema(ctx); err != nil {
+			s.Close()
+			db.Close()
+			return nil, nil, fmt.Errorf("creating the schema: %w", err)
+		}
+		if f.ExactlyOnce {
+			return s.ExactlyOnce(), func() { s.Close(); db.Close() }, nil
+		}
+		return s, func() { s.Close(); db.Close() }, nil
 	}
 	return nil, nil, f.Validate()
 }

@@ -1,0 +1,43 @@
+package mysqlstore
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/idemkit/idem/conformance"
+	idem "github.com/idemkit/idem/core"
+)
+
+// TestConformance runs the shared store suite against MySQL, each subtest
+// in its own table on one pool.
+func TestConformance(t *testing.T) {
+	db := newDB(t, 16)
+	conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, db) })
+}
+
+// TestConformanceExactlyOnce runs it against the exactly-once view, which
+// must keep the same contract.
+func TestConformanceExactlyOnce(t *testing.T) {
+	db := newDB(t, 16)
+	conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, db).ExactlyOnce() })
+}
+
+// TestHTTP runs the HTTP behaviour suite through the core's net/http
+// middleware on MySQL, in both modes: the fixture's handlers never touch
+// the transaction, which exactly-once mode must allow.
+func TestHTTP(t *testing.T) {
+	db := newDB(t, 32)
+	for name, wrap := range map[string]func(*Store) idem.Store{
+		"plain":        func(s *Store) idem.Store { return s },
+		"exactly once": func(s *Store) idem.Store { return s.ExactlyOnce() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			conformance.RunHTTP(t, conformance.Harness{
+				NewStore: func(t *testing.T) idem.Store { return wrap(newStore(t, db)) },
+				Handler: func(t *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
+					return f.ServeMux(e.Middleware)
+				},
+			})
+		})
+	}
+}

@@ -1,0 +1,71 @@
+package mysqlstore
+
+import (
+	"context"
+	_ "embed" // for schemaTemplate
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// DefaultTable is the table a Store uses unless WithTable names another.
+const DefaultTable = "idempotency_keys"
+
+//go:embed schema.sql
+var schemaTemplate string
+
+var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// validTable checks a table name: only names matching
+// ^[A-Za-z_][A-Za-z0-9_]{0,63}$ are accepted, and they are backquoted
+// wherever they appear in SQL.
+func validTable(table string) error {
+	if !tableRE.MatchString(table) {
+		return fmt.Errorf("%w: table name %q does not match %s", ErrInvalidOption, table, tableRE)
+	}
+	return nil
+}
+
+// Schema returns the SQL that creates the store's table, with its primary
+// key and expiry index, for the given table name (DefaultTable when
+// empty). It is what CreateSchema runs, for projects that manage their
+// schema with a migration tool: one idempotent CREATE TABLE IF NOT EXISTS.
+// The template is schema.sql in this module.
+//
+// Schema returns an error wrapping ErrInvalidOption when table does not
+// match ^[A-Za-z_][A-Za-z0-9_]{0,63}$.
+func Schema(table string) (string, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := validTable(table); err != nil {
+		return "", err
+	}
+	return strings.ReplaceAll(schemaTemplate, "{{table}}", quoteIdent(table)), nil
+}
+
+// CreateSchema creates the store's table if it does not exist, and checks
+// that the connection runs in autocommit mode, which every statement of
+// the store relies on. It is one CREATE TABLE IF NOT EXISTS, which the
+// server serializes on the table's metadata lock, so it is safe to run at
+// every start-up of every instance, concurrently.
+func (s *Store) CreateSchema(ctx context.Context) error {
+	var autocommit int
+	if err := s.db.QueryRowContext(ctx, "SELECT @@autocommit").Scan(&autocommit); err != nil {
+		return fmt.Errorf("mysqlstore: create schema: %w", err)
+	}
+	if autocommit != 1 {
+		return errAutocommit
+	}
+	sql, err := Schema(s.table)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, sql); err != nil {
+		return fmt.Errorf("mysqlstore: create schema: %w", err)
+	}
+	return nil
+}
+
+var errAutocommit = errors.New("mysqlstore: the connection runs with autocommit off; every statement of the store must commit on its own (remove autocommit=0 from the DSN or the server's init_connect)")

@@ -1,0 +1,30 @@
+-- Schema of the idem MySQL/MariaDB store (github.com/idemkit/idem/stores/mysql).
+--
+-- {{table}} is a placeholder: mysqlstore.Schema(table) returns this file with
+-- it filled in and backquoted, ready for Flyway, Atlas, goose or the mysql
+-- client. The statement is idempotent and needs no DELIMITER.
+--
+-- Every column that holds application bytes is binary (VARBINARY, BLOB):
+-- compared byte for byte, no character set, no collation, no trailing-space
+-- padding, NUL and invalid UTF-8 kept. scope is the record's scope, or, for a
+-- scope longer than 512 bytes, its first 512 bytes followed by its SHA-256, so
+-- the primary key stays at most 799 bytes (InnoDB allows 3072). headers are in
+-- core's header wire format (idem.AppendHeader). Times are the engine's clock,
+-- never the server's, in microseconds since the Unix epoch: lease_end and
+-- expires_at are rounded up and "now" down to the microsecond.
+CREATE TABLE IF NOT EXISTS {{table}} (
+    scope        VARBINARY(544) NOT NULL,
+    `key`        VARBINARY(255) NOT NULL,
+    fingerprint  BLOB           NOT NULL,
+    token        VARBINARY(255) NOT NULL,
+    state        TINYINT        NOT NULL,  -- 1 in progress, 2 completed
+    status       SMALLINT       NULL,      -- set when completed
+    headers      MEDIUMBLOB     NULL,      -- set when completed; NULL for nil headers
+    body         LONGBLOB       NULL,      -- set when completed; NULL for a nil body
+    body_omitted BOOLEAN        NOT NULL DEFAULT FALSE,
+    created_at   BIGINT         NOT NULL,
+    lease_end    BIGINT         NULL,      -- NULL once completed
+    expires_at   BIGINT         NOT NULL,
+    PRIMARY KEY (scope, `key`),
+    KEY expires_at_idx (expires_at)
+) ENGINE = InnoDB;

@@ -1,0 +1,116 @@
+package mysqlstore
+
+import (
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestTableNameValidation(t *testing.T) {
+	long := strings.Repeat("a", 64)
+	db := offlineDB(t)
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"idempotency_keys", true},
+		{"_t", true},
+		{"T1", true},
+		{"a", true},
+		{long, true},
+		{long + "a", false},
+		{"", false},
+		{"1abc", false},
+		{"a-b", false},
+		{"a b", false},
+		{"a.b", false},
+		{"a`b", false},
+		{"a;DROP TABLE x", false},
+		{"é", false},
+		{"a\x00", false},
+		{"tab\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(db, WithTable(tc.name), WithSweepInterval(0))
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("New(%q) = %v", tc.name, err)
+				}
+				s.Close()
+			} else if !errors.Is(err, ErrInvalidOption) {
+				t.Fatalf("New(%q) error = %v, want ErrInvalidOption", tc.name, err)
+			}
+			if tc.name == "" {
+				return // Schema("") means the default table
+			}
+			if _, err := Schema(tc.name); tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidOption)) {
+				t.Fatalf("Schema(%q) error = %v", tc.name, err)
+			}
+		})
+	}
+}
+
+func TestSchemaText(t *testing.T) {
+	sql, err := Schema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"CREATE TABLE IF NOT EXISTS `idempotency_keys` (",
+		"PRIMARY KEY (scope, `key`)",
+		"KEY expires_at_idx (expires_at)",
+		"ENGINE = InnoDB;",
+	} {
+		if !strings.Contains(sql, want) {
+			t.Errorf("schema lacks %q:\n%s", want, sql)
+		}
+	}
+	if strings.Contains(sql, "{{") {
+		t.Errorf("placeholder left in schema:\n%s", sql)
+	}
+}
+
+// CreateSchema is idempotent and safe to run from several processes at
+// once: here two pools run it at the same time for a new table, then
+// once more.
+func TestCreateSchemaConcurrent(t *testing.T) {
+	p1, p2 := newDB(t, 2), newDB(t, 2)
+	ctx := t.Context()
+	for round := range 6 {
+		table := randomTable()
+		if round == 0 {
+			table = (table + "_LongerName_" + strings.Repeat("z", 64))[:64]
+		}
+		t.Cleanup(func() { dropTable(t, table) })
+		var wg sync.WaitGroup
+		for _, db := range []*sql.DB{p1, p2, p1, p2} {
+			s, err := New(db, WithTable(table), WithSweepInterval(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() {
+				defer s.Close()
+				if err := s.CreateSchema(ctx); err != nil {
+					t.Errorf("round %d: %v", round, err)
+				}
+			})
+		}
+		wg.Wait()
+		s, _ := New(p1, WithTable(table), WithSweepInterval(0))
+		defer s.Close()
+		if err := s.CreateSchema(ctx); err != nil {
+			t.Fatalf("again: %v", err)
+		}
+		if res, err := s.Claim(ctx, claimAt("k", "f", "t", t0, time.Minute)); err != nil || !res.Acquired {
+			t.Fatalf("claim on the new table: %+v %v", res, err)
+		}
+		var idx int
+		if err := p1.QueryRowContext(ctx, `SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics
+			WHERE table_schema = DATABASE() AND table_name = ?`, table).Scan(&idx); err != nil || idx != 2 {
+			t.Fatalf("table %s has %d indexes, want 2 (primary key and expiry): %v", table, idx, err)
+		}
+	}
+}

@@ -1,0 +1,267 @@
+package mysqlstore
+
+import (
+	"strconv"
+	"strings"
+)
+
+// The store's SQL. Every statement is a template compiled once, in New:
+// {{t}} is the backquoted table name and :name marks a value. Values are
+// written into the statement as literals, never interpolated as text:
+// bytes and strings as hexadecimal literals (X'6b31'), integers in
+// decimal, nil as NULL. Only hex digits and decimal digits ever reach the
+// SQL, so no value can change a statement's meaning whatever the
+// connection's character set, SQL mode or driver settings, and every
+// statement is one COM_QUERY: one round trip, no server-side prepared
+// statement (nothing counts against max_prepared_stmt_count, nothing to
+// re-prepare after a reconnect).
+
+// recordCols are the columns every read returns, in scan order.
+const recordCols = "fingerprint, state, status, headers, body, body_omitted, created_at, lease_end, expires_at"
+
+// selectSQL is the claim's first statement: a plain SELECT by primary
+// key. Run on its own (autocommit) it is a consistent non-locking read
+// under READ COMMITTED, REPEATABLE READ and SERIALIZABLE alike: it takes
+// no lock, waits for none and writes nothing. A replay, a 409 and a 422
+// are this statement alone.
+const selectSQL = "SELECT " + recordCols + " FROM {{t}} WHERE scope = :scope AND `key` = :key"
+
+// takeSQL is the claim's second statement, run only when selectSQL found
+// no row or a takeable one: it inserts the claim, or takes an expired or
+// abandoned row over, or leaves a live row alone.
+//
+// On a duplicate key InnoDB locks the existing row exclusively before it
+// evaluates the UPDATE clause, on the newest committed version of the row,
+// so of two takers only the first takes the row over; the second then
+// sees a live row and changes nothing. A plain INSERT would take a shared
+// lock for its duplicate check instead, and two of them racing for a key
+// whose row was just deleted (released, swept) deadlock upgrading it.
+//
+// The first assignment evaluates the takeover condition once and stores
+// 2 (take) or 1 (leave) with LAST_INSERT_ID(expr); the others read it
+// back with LAST_INSERT_ID(). The server reports the value in the OK
+// packet's insert id: 0 when the row was inserted (the UPDATE clause never
+// ran), 2 when it was taken over, 1 when a live row was left alone. That
+// tells the outcomes apart whatever CLIENT_FOUND_ROWS makes of the
+// affected-rows count. The values are repeated rather than read with
+// VALUES(col), which MySQL 8.0.20 deprecates.
+const takeSQL = "INSERT INTO {{t}} (scope, `key`, fingerprint, token, state, status, headers, body, body_omitted, created_at, lease_end, expires_at)\n" +
+	"VALUES (:scope, :key, :fp, :token, 1, NULL, NULL, NULL, FALSE, :now, :lease, :lease)\n" +
+	"ON DUPLICATE KEY UPDATE\n" +
+	"    fingerprint  = IF(LAST_INSERT_ID(IF(expires_at <= :now OR (state = 1 AND lease_end <= :now), 2, 1)) = 2, :fp, fingerprint),\n" +
+	"    token        = IF(LAST_INSERT_ID() = 2, :token, token),\n" +
+	"    state        = IF(LAST_INSERT_ID() = 2, 1, state),\n" +
+	"    status       = IF(LAST_INSERT_ID() = 2, NULL, status),\n" +
+	"    headers      = IF(LAST_INSERT_ID() = 2, NULL, headers),\n" +
+	"    body         = IF(LAST_INSERT_ID() = 2, NULL, body),\n" +
+	"    body_omitted = IF(LAST_INSERT_ID() = 2, FALSE, body_omitted),\n" +
+	"    created_at   = IF(LAST_INSERT_ID() = 2, :now, created_at),\n" +
+	"    lease_end    = IF(LAST_INSERT_ID() = 2, :lease, lease_end),\n" +
+	"    expires_at   = IF(LAST_INSERT_ID() = 2, :lease, expires_at)"
+
+// The insert ids takeSQL reports.
+const (
+	takeInserted = 0
+	takeLeft     = 1
+	takeTaken    = 2
+)
+
+// completeSQL turns a held claim into a completed record. Setting state
+// from 1 to 2 always changes the row, so the affected-rows count is 1
+// exactly when the claim was held, with or without CLIENT_FOUND_ROWS.
+const completeSQL = "UPDATE {{t}} SET state = 2, status = :status, headers = :headers, body = :body, body_omitted = :omitted,\n" +
+	"    lease_end = NULL, expires_at = :expires\n" +
+	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1 AND lease_end > :now"
+
+// extendSQL moves a held claim's lease. The new lease end may equal the
+// old one, which changes nothing, so a matched row is marked with
+// LAST_INSERT_ID(1) (state stays 1) and told apart by the insert id.
+const extendSQL = "UPDATE {{t}} SET lease_end = :lease, expires_at = :lease, state = LAST_INSERT_ID(1)\n" +
+	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1 AND lease_end > :now"
+
+// releaseSQL deletes a held, in-progress claim.
+const releaseSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
+
+// deleteSQL evicts a record whatever its state.
+const deleteSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key"
+
+// getSQL reads a record that has not expired at :now.
+const getSQL = "SELECT " + recordCols + " FROM {{t}} WHERE scope = :scope AND `key` = :key AND expires_at > :now"
+
+// expiredSQL finds a batch of expired rows with a consistent read of the
+// expires_at index: no lock is taken. deleteExpiredSQL then deletes them
+// by primary key (see sweepIn).
+const expiredSQL = "SELECT scope, `key` FROM {{t}} WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit"
+
+// deleteExpiredSQL deletes the rows listed in :in, a list of (scope, key)
+// pairs, that are still expired. "expires_at + 0" keeps the optimizer off
+// the expires_at index, so the rows are found and locked through the
+// primary key, in key order, exactly as a claim locks them: a range scan
+// of the secondary index would lock its entries first and deadlock with a
+// takeover that holds the row and moves its entry. A row a claim took
+// over since expiredSQL read it is left alone. The ORDER BY and LIMIT
+// change nothing but satisfy sql_safe_updates and statement-based
+// binary logging.
+const deleteExpiredSQL = "DELETE FROM {{t}} WHERE (scope, `key`) IN (:in) AND expires_at + 0 <= :now ORDER BY scope, `key` LIMIT :limit"
+
+// watchSQL reads the state of the watched keys listed in :in.
+const watchSQL = "SELECT scope, `key`, token, state, expires_at FROM {{t}} WHERE (scope, `key`) IN (:in)"
+
+// queries holds the store's statements for one table.
+type queries struct {
+	selectRecord, take, complete, extend, release, delete, get, expired, deleteExpired, watch stmt
+}
+
+func newQueries(table string) queries {
+	t := quoteIdent(table)
+	return queries{
+		selectRecord:  compile(selectSQL, t, "scope", "key"),
+		take:          compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease"),
+		complete:      compile(completeSQL, t, "scope", "key", "token", "status", "headers", "body", "omitted", "now", "expires"),
+		extend:        compile(extendSQL, t, "scope", "key", "token", "now", "lease"),
+		release:       compile(releaseSQL, t, "scope", "key", "token"),
+		delete:        compile(deleteSQL, t, "scope", "key"),
+		get:           compile(getSQL, t, "scope", "key", "now"),
+		expired:       compile(expiredSQL, t, "now", "limit"),
+		deleteExpired: compile(deleteExpiredSQL, t, "in", "now", "limit"),
+		watch:         compile(watchSQL, t, "in"),
+	}
+}
+
+// quoteIdent backquotes a name that validTable has accepted.
+func quoteIdent(name string) string { return "`" + name + "`" }
+
+// stmt is a compiled template: text[0], value, text[1], value, ...
+type stmt struct {
+	text []string
+	arg  []int // per placeholder, the index of its value in render's vals
+	size int
+}
+
+// compile splits tmpl at its :name placeholders; names gives the order in
+// which render takes the values. It panics on an unknown name: templates
+// are constants of this package.
+func compile(tmpl, table string, names ...string) stmt {
+	tmpl = strings.ReplaceAll(tmpl, "{{t}}", table)
+	var s stmt
+	for {
+		i := strings.IndexByte(tmpl, ':')
+		if i < 0 {
+			break
+		}
+		j := i + 1
+		for j < len(tmpl) && (tmpl[j] >= 'a' && tmpl[j] <= 'z' || tmpl[j] == '_') {
+			j++
+		}
+		idx := -1
+		for k, n := range names {
+			if n == tmpl[i+1:j] {
+				idx = k
+			}
+		}
+		if idx < 0 {
+			panic("mysqlstore: unknown placeholder " + tmpl[i:j])
+		}
+		s.text = append(s.text, tmpl[:i])
+		s.arg = append(s.arg, idx)
+		tmpl = tmpl[j:]
+	}
+	s.text = append(s.text, tmpl)
+	for _, t := range s.text {
+		s.size += len(t)
+	}
+	return s
+}
+
+// render returns the statement with vals in place. A value is a string
+// or []byte (written as X'hex'), an int or int64, a bool, nil (NULL), or
+// a literal (already SQL, made by this package: an IN list).
+func (s stmt) render(vals ...any) string {
+	n := s.size
+	for _, i := range s.arg {
+		n += litLen(vals[i])
+	}
+	b := make([]byte, 0, n)
+	for k, i := range s.arg {
+		b = append(b, s.text[k]...)
+		b = appendLit(b, vals[i])
+	}
+	b = append(b, s.text[len(s.text)-1]...)
+	return string(b)
+}
+
+// literal is SQL text this package built from values, such as a list of
+// (scope, key) pairs; render copies it as it is.
+type literal string
+
+func litLen(v any) int {
+	switch v := v.(type) {
+	case string:
+		return 3 + 2*len(v)
+	case []byte:
+		if v == nil {
+			return 4
+		}
+		return 3 + 2*len(v)
+	case literal:
+		return len(v)
+	}
+	return 20
+}
+
+const hexDigits = "0123456789abcdef"
+
+func appendLit(b []byte, v any) []byte {
+	switch v := v.(type) {
+	case string:
+		b = append(b, "X'"...)
+		for i := 0; i < len(v); i++ {
+			b = append(b, hexDigits[v[i]>>4], hexDigits[v[i]&0xf])
+		}
+		return append(b, '\'')
+	case []byte:
+		if v == nil {
+			return append(b, "NULL"...)
+		}
+		b = append(b, "X'"...)
+		for _, c := range v {
+			b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		return append(b, '\'')
+	case int64:
+		return strconv.AppendInt(b, v, 10)
+	case int:
+		return strconv.AppendInt(b, int64(v), 10)
+	case bool:
+		if v {
+			return append(b, "TRUE"...)
+		}
+		return append(b, "FALSE"...)
+	case nil:
+		return append(b, "NULL"...)
+	case literal:
+		return append(b, v...)
+	}
+	panic("mysqlstore: no literal for a value of this type")
+}
+
+// pairList returns the literal list "(X'..', X'..'), ..." for an IN
+// clause over (scope, key).
+func pairList(scopes, keys []string) literal {
+	n := 0
+	for i := range scopes {
+		n += 2*len(scopes[i]) + 2*len(keys[i]) + 14
+	}
+	b := make([]byte, 0, n)
+	for i := range scopes {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '(')
+		b = appendLit(b, scopes[i])
+		b = append(b, ", "...)
+		b = appendLit(b, keys[i])
+		b = append(b, ')')
+	}
+	return literal(b)
+}

@@ -1,0 +1,564 @@
+package mysqlstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	idem "github.com/idemkit/idem/core"
+)
+
+// Errors the store returns besides those of idem. Callers test with
+// errors.Is.
+var (
+	// ErrInvalidOption is wrapped by the error New returns for a bad
+	// argument or option (a nil *sql.DB, a table name that does not match
+	// ^[A-Za-z_][A-Za-z0-9_]{0,63}$, a negative interval), and by Schema's
+	// error for a bad table name.
+	ErrInvalidOption = errors.New("mysqlstore: invalid option")
+	// ErrClosed means Watch or Sweep was called after Close.
+	ErrClosed = errors.New("mysqlstore: store closed")
+)
+
+// Defaults of the options.
+const (
+	// DefaultSweepInterval is how often the background sweeper deletes
+	// expired records unless WithSweepInterval says otherwise.
+	DefaultSweepInterval = time.Minute
+	// DefaultWatchInterval is how often Watch polls the table for the keys
+	// being waited on unless WithWatchInterval says otherwise.
+	DefaultWatchInterval = 100 * time.Millisecond
+)
+
+// Column limits, checked before anything is sent: the store never relies
+// on the server's SQL mode to refuse a value that does not fit.
+const (
+	maxKey         = 255       // VARBINARY(255)
+	maxToken       = 255       // VARBINARY(255)
+	maxFingerprint = 1<<16 - 1 // BLOB
+	maxHeaders     = 1<<24 - 1 // MEDIUMBLOB
+	// maxScope is the longest scope kept as it is in the scope column; a
+	// longer one is kept as its first maxScope bytes and its SHA-256.
+	maxScope = 512
+)
+
+// maxClaimAttempts bounds how often Claim starts over after losing a race
+// (see the package doc). Each new attempt needs a concurrent writer to
+// change the row between Claim's read and its write.
+const maxClaimAttempts = 5
+
+// sweepBatch is how many rows one DeleteExpired statement removes at most.
+const sweepBatch = 1000
+
+// Counters for tests: claims started over after a lost race, and
+// statements run again after InnoDB chose them as a deadlock victim.
+var (
+	claimRetries    atomic.Int64
+	deadlockRetries atomic.Int64
+)
+
+// Option configures a Store. A nil Option is ignored.
+type Option func(*config)
+
+type config struct {
+	table         string
+	sweepInterval time.Duration
+	watchInterval time.Duration
+	logger        *slog.Logger
+}
+
+// WithTable sets the table the store uses. The default is DefaultTable
+// ("idempotency_keys"). The name must match ^[A-Za-z_][A-Za-z0-9_]{0,63}$;
+// it is always backquoted. Put the table in another database by opening
+// the *sql.DB on it.
+func WithTable(name string) Option {
+	return func(c *config) { c.table = name }
+}
+
+// WithSweepInterval sets how often the background sweeper deletes expired
+// records (DeleteExpired with the wall clock). The default is
+// DefaultSweepInterval; 0 runs no sweeper (call DeleteExpired or Sweep
+// yourself). Expired records are never replayed either way; sweeping only
+// reclaims space.
+func WithSweepInterval(d time.Duration) Option {
+	return func(c *config) { c.sweepInterval = d }
+}
+
+// WithWatchInterval sets how often Watch polls the table for the keys
+// that requests in the engine's wait mode are waiting on. The default is
+// DefaultWatchInterval. A Complete, Release or Delete through the same
+// Store wakes its waiters at once; only waiters in other processes depend
+// on the poll.
+func WithWatchInterval(d time.Duration) Option {
+	return func(c *config) { c.watchInterval = d }
+}
+
+// WithLogger sets where the background sweeper and the watch poller
+// report errors they cannot return. The default is slog.Default(); nil
+// discards them.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// Store is an idem.Store on MySQL 8.0+ or MariaDB 10.6+ (InnoDB). It
+// implements idem.Getter, idem.Deleter, idem.ExpiredDeleter, idem.Extender
+// and idem.Notifier; ExactlyOnce returns a view of it that also implements
+// idem.TxBeginner.
+//
+// Every method runs single statements that commit on their own: no
+// transaction or row lock is held while a handler runs. A replay, a 409
+// and a 422 are one consistent read that locks and writes nothing; a new
+// claim adds one write. See the package doc for the statements and the
+// race argument.
+type Store struct {
+	db    *sql.DB
+	table string
+	q     queries
+	cfg   config
+
+	ctx    context.Context // cancelled by Close; parent of background work
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	watch watchSet
+}
+
+var (
+	_ idem.Store          = (*Store)(nil)
+	_ idem.Getter         = (*Store)(nil)
+	_ idem.Deleter        = (*Store)(nil)
+	_ idem.ExpiredDeleter = (*Store)(nil)
+	_ idem.Extender       = (*Store)(nil)
+	_ idem.Notifier       = (*Store)(nil)
+)
+
+// New returns a Store that keeps its records in db, which must run in
+// autocommit mode (the default). It does not touch the database: create
+// the table with CreateSchema or with the SQL from Schema. It fails only
+// on a bad argument or option, with an error wrapping ErrInvalidOption.
+// The background sweeper starts at once; call Close to stop it and the
+// watch poller. Close does not close db.
+//
+//	db, _ := sql.Open("mysql", "app:secret@tcp(db:3306)/app")
+//	store, err := mysqlstore.New(db, mysqlstore.WithTable("idem_keys"))
+func New(db *sql.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidOption)
+	}
+	cfg := config{
+		table:         DefaultTable,
+		sweepInterval: DefaultSweepInterval,
+		watchInterval: DefaultWatchInterval,
+		logger:        slog.Default(),
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := validTable(cfg.table); err != nil {
+		return nil, err
+	}
+	if cfg.sweepInterval < 0 {
+		return nil, fmt.Errorf("%w: negative sweep interval %v", ErrInvalidOption, cfg.sweepInterval)
+	}
+	if cfg.watchInterval <= 0 {
+		return nil, fmt.Errorf("%w: watch interval %v is not positive", ErrInvalidOption, cfg.watchInterval)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{db: db, table: cfg.table, q: newQueries(cfg.table), cfg: cfg, ctx: ctx, cancel: cancel}
+	if cfg.sweepInterval > 0 {
+		s.wg.Go(func() {
+			if err := s.Sweep(ctx, cfg.sweepInterval); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+				cfg.logger.Error("mysqlstore: sweeper stopped", "table", s.table, "err", err)
+			}
+		})
+	}
+	return s, nil
+}
+
+// Table returns the name of the store's table.
+func (s *Store) Table() string { return s.table }
+
+// Close stops the background sweeper and the watch poller and waits for
+// them. It does not close the DB. The store's other methods keep working;
+// Watch and Sweep return ErrClosed. Close is safe to call more than once.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		// Under the watch lock, so no poller starts (wg.Go) once Wait may run.
+		s.watch.mu.Lock()
+		s.cancel()
+		s.watch.mu.Unlock()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+// Claim implements idem.Store. It reads the row with one consistent,
+// non-locking SELECT; only when there is no row, or the row is takeable,
+// does it write, with one INSERT ... ON DUPLICATE KEY UPDATE that takes
+// the key or leaves a live row alone. See the package doc for why this is
+// race-safe and deadlock-free.
+func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+	if err := checkLen("key", c.Key, maxKey); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if err := checkLen("token", c.Token, maxToken); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	if err := checkLen("fingerprint", c.Fingerprint, maxFingerprint); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	scope := scopeKey(c.Scope)
+	now := floorMicro(c.Now)
+	read := s.q.selectRecord.render(scope, c.Key)
+	var take string
+	for range maxClaimAttempts {
+		var r rawRecord
+		found, err := r.scan(s.db.QueryRowContext(ctx, read))
+		if err != nil {
+			return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
+		}
+		if found {
+			rec, err := r.record()
+			if err != nil {
+				return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim, key %q: %w", c.Key, err)
+			}
+			if !rec.Takeable(now) {
+				return idem.ClaimResult{Existing: &rec}, nil
+			}
+		}
+		if take == "" {
+			take = s.q.take.render(scope, c.Key, c.Fingerprint, c.Token, now.UnixMicro(), ceilMicro(c.LeaseEnd).UnixMicro())
+		}
+		res, err := s.db.ExecContext(ctx, take)
+		if deadlock(err) {
+			deadlockRetries.Add(1)
+			continue
+		}
+		if err != nil {
+			return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
+		}
+		id, _ := res.LastInsertId()
+		n, _ := res.RowsAffected()
+		switch {
+		case id == takeTaken, id == takeInserted && n == 1:
+			return idem.ClaimResult{Acquired: true}, nil
+		case id == takeLeft:
+			// Lost a race: between the read and the write another claim
+			// took the key. The next read returns its record.
+			claimRetries.Add(1)
+			continue
+		}
+		return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: unexpected outcome of the write (insert id %d, %d rows affected)", id, n)
+	}
+	return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
+}
+
+// Complete implements idem.Store in one statement.
+func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
+	q, err := s.completeSQL(scope, key, token, resp, now, expiresAt)
+	if err != nil {
+		return err
+	}
+	n, err := s.exec(ctx, q)
+	if err != nil {
+		return fmt.Errorf("mysqlstore: complete: %w", err)
+	}
+	if n != 1 {
+		return idem.ErrLeaseLost
+	}
+	s.wake(scope, key)
+	return nil
+}
+
+// completeSQL renders completeSQL for a response, refusing one that does
+// not fit the columns.
+func (s *Store) completeSQL(scope, key, token string, resp idem.Response, now, expiresAt time.Time) (string, error) {
+	if resp.Status < idem.MinStatus || resp.Status > idem.MaxStatus {
+		return "", fmt.Errorf("mysqlstore: complete: status %d is not %d to %d", resp.Status, idem.MinStatus, idem.MaxStatus)
+	}
+	var header []byte // NULL for a nil header
+	if resp.Header != nil {
+		header = idem.AppendHeader(nil, resp.Header)
+		if len(header) > maxHeaders {
+			return "", fmt.Errorf("mysqlstore: complete: %d bytes of headers do not fit a MEDIUMBLOB", len(header))
+		}
+	}
+	return s.q.complete.render(scopeKey(scope), key, token, resp.Status, header, resp.Body, resp.BodyOmitted,
+		floorMicro(now).UnixMicro(), ceilMicro(expiresAt).UnixMicro()), nil
+}
+
+// Release implements idem.Store in one statement.
+func (s *Store) Release(ctx context.Context, scope, key, token string) error {
+	n, err := s.exec(ctx, s.q.release.render(scopeKey(scope), key, token))
+	if err != nil {
+		return fmt.Errorf("mysqlstore: release: %w", err)
+	}
+	if n == 0 {
+		return idem.ErrLeaseLost
+	}
+	s.wake(scope, key)
+	return nil
+}
+
+// Get implements idem.Getter in one statement, a consistent read.
+func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
+	var r rawRecord
+	found, err := r.scan(s.db.QueryRowContext(ctx, s.q.get.render(scopeKey(scope), key, floorMicro(now).UnixMicro())))
+	if err != nil {
+		return idem.Record{}, false, fmt.Errorf("mysqlstore: get: %w", err)
+	}
+	if !found {
+		return idem.Record{}, false, nil
+	}
+	rec, err := r.record()
+	if err != nil {
+		return idem.Record{}, false, fmt.Errorf("mysqlstore: get, key %q: %w", key, err)
+	}
+	return rec, true, nil
+}
+
+// Delete implements idem.Deleter in one statement. It reports whether a
+// row was there, expired or not, and wakes watchers of the key.
+func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
+	n, err := s.exec(ctx, s.q.delete.render(scopeKey(scope), key))
+	if err != nil {
+		return false, fmt.Errorf("mysqlstore: delete: %w", err)
+	}
+	if n > 0 {
+		s.wake(scope, key)
+	}
+	return n > 0, nil
+}
+
+// Extend implements idem.Extender in one statement.
+func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+	q := s.q.extend.render(scopeKey(scope), key, token, floorMicro(now).UnixMicro(), ceilMicro(leaseEnd).UnixMicro())
+	for range maxClaimAttempts {
+		res, err := s.db.ExecContext(ctx, q)
+		if deadlock(err) {
+			deadlockRetries.Add(1)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("mysqlstore: extend: %w", err)
+		}
+		id, _ := res.LastInsertId()
+		n, _ := res.RowsAffected()
+		if id != 1 && n != 1 {
+			return idem.ErrLeaseLost
+		}
+		return nil
+	}
+	return fmt.Errorf("mysqlstore: extend: chosen as a deadlock victim %d times", maxClaimAttempts)
+}
+
+// DeleteExpired implements idem.ExpiredDeleter. It works in batches of at
+// most 1000 rows: a consistent read of the expires_at index finds them,
+// without locking anything, and one DELETE by primary key removes those
+// still expired. It returns how many rows it removed.
+func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
+	nowUS := floorMicro(now).UnixMicro()
+	find := s.q.expired.render(nowUS, sweepBatch)
+	total := 0
+	for {
+		scopes, keys, err := s.expiredBatch(ctx, find)
+		if err != nil {
+			return total, fmt.Errorf("mysqlstore: delete expired: %w", err)
+		}
+		if len(keys) == 0 {
+			return total, nil
+		}
+		n, err := s.exec(ctx, s.q.deleteExpired.render(pairList(scopes, keys), nowUS, len(keys)))
+		total += int(n)
+		if err != nil {
+			return total, fmt.Errorf("mysqlstore: delete expired: %w", err)
+		}
+		if len(keys) < sweepBatch {
+			return total, nil
+		}
+	}
+}
+
+func (s *Store) expiredBatch(ctx context.Context, q string) (scopes, keys []string, err error) {
+	rows, err := s.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var scope, key []byte
+		if err := rows.Scan(&scope, &key); err != nil {
+			return nil, nil, err
+		}
+		scopes = append(scopes, string(scope))
+		keys = append(keys, string(key))
+	}
+	return scopes, keys, rows.Err()
+}
+
+// Sweep calls DeleteExpired with the wall clock every interval until ctx
+// is cancelled or the store is closed, logging errors and carrying on. It
+// returns ctx.Err() or ErrClosed. New starts it in the background unless
+// WithSweepInterval(0) is given; call it yourself to tie the sweeper to
+// your own context.
+func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("mysqlstore: sweep interval %v is not positive", interval)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.ctx.Done():
+			return ErrClosed
+		case <-t.C:
+		}
+		// Bound one sweep by the interval so a hung server cannot pile
+		// sweeps up; a backlog is finished by the next ones.
+		sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+		stop := context.AfterFunc(s.ctx, cancel)
+		n, err := s.DeleteExpired(sctx, time.Now())
+		stop()
+		cancel()
+		if err != nil && ctx.Err() == nil && s.ctx.Err() == nil {
+			s.cfg.logger.Warn("mysqlstore: sweep failed", "table", s.table, "deleted", n, "err", err)
+		}
+	}
+}
+
+// exec runs a statement that changes rows and returns how many it
+// changed, running it again if InnoDB chose it as a deadlock victim
+// (which rolls it back). The store's own statements never deadlock with
+// each other; another application's transactions on the table might.
+func (s *Store) exec(ctx context.Context, q string) (int64, error) {
+	for i := 1; ; i++ {
+		res, err := s.db.ExecContext(ctx, q)
+		if deadlock(err) && i < maxClaimAttempts {
+			deadlockRetries.Add(1)
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+}
+
+// deadlock reports MySQL error 1213 (ER_LOCK_DEADLOCK): InnoDB rolled the
+// statement's transaction back to break a deadlock, and running it again
+// is safe because every statement of the store commits on its own.
+func deadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
+}
+
+func checkLen(what, v string, limit int) error {
+	if len(v) > limit {
+		return fmt.Errorf("mysqlstore: a %s of %d bytes is longer than the %d the table holds", what, len(v), limit)
+	}
+	return nil
+}
+
+// scopeKey is the scope column's value for scope: the scope itself, or,
+// for one longer than 512 bytes, its first 512 bytes followed by its
+// SHA-256. The two forms never meet (a stored value of 544 bytes is always
+// a hashed one), so distinct scopes keep distinct keys, and the primary
+// key stays far below InnoDB's 3072-byte limit.
+func scopeKey(scope string) string {
+	if len(scope) <= maxScope {
+		return scope
+	}
+	sum := sha256.Sum256([]byte(scope))
+	return scope[:maxScope] + string(sum[:])
+}
+
+// The table keeps microseconds. The engine's now is rounded down and the
+// deadlines it sets are rounded up, so "now >= deadline" in SQL holds
+// exactly when it holds in Go for deadlines on a microsecond, and is at
+// most a microsecond late (the safe direction: a lease lasts a little
+// longer) otherwise. Every method rounds the same way, so they agree.
+func floorMicro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
+
+func ceilMicro(t time.Time) time.Time {
+	f := t.Truncate(time.Microsecond)
+	if f.Equal(t) {
+		return f
+	}
+	return f.Add(time.Microsecond)
+}
+
+func fromMicro(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// rawRecord is a row as scanned, nullable columns included.
+type rawRecord struct {
+	fingerprint []byte
+	state       sql.NullInt64
+	status      sql.NullInt64
+	headers     []byte
+	body        []byte
+	bodyOmitted sql.NullBool
+	createdAt   sql.NullInt64
+	leaseEnd    sql.NullInt64
+	expiresAt   sql.NullInt64
+}
+
+// scan reads recordCols from row; false when there is no row.
+func (r *rawRecord) scan(row *sql.Row) (bool, error) {
+	err := row.Scan(&r.fingerprint, &r.state, &r.status, &r.headers, &r.body, &r.bodyOmitted,
+		&r.createdAt, &r.leaseEnd, &r.expiresAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// record converts a row to a record, checking that it is one this package
+// can have written; otherwise it returns an error wrapping
+// idem.ErrCorruptRecord (a NULL where a value must be, a state other than
+// 1 or 2, a status outside 200 to 599, a malformed headers column).
+func (r *rawRecord) record() (idem.Record, error) {
+	if !r.state.Valid || !r.createdAt.Valid || !r.expiresAt.Valid {
+		return idem.Record{}, fmt.Errorf("%w: state, created_at or expires_at is NULL", idem.ErrCorruptRecord)
+	}
+	if r.state.Int64 < 0 || r.state.Int64 > 255 {
+		return idem.Record{}, fmt.Errorf("%w: state %d", idem.ErrCorruptRecord, r.state.Int64)
+	}
+	rec := idem.Record{
+		Fingerprint: string(r.fingerprint),
+		State:       idem.State(r.state.Int64),
+		CreatedAt:   fromMicro(r.createdAt.Int64),
+		ExpiresAt:   fromMicro(r.expiresAt.Int64),
+	}
+	if r.leaseEnd.Valid {
+		rec.LeaseEnd = fromMicro(r.leaseEnd.Int64)
+	}
+	if rec.State == idem.StateCompleted {
+		if !r.status.Valid {
+			return idem.Record{}, fmt.Errorf("%w: completed with a NULL status", idem.ErrCorruptRecord)
+		}
+		rec.Response = &idem.Response{Status: int(r.status.Int64), Body: r.body, BodyOmitted: r.bodyOmitted.Bool}
+		if r.headers != nil {
+			h, err := idem.ParseHeader(r.headers)
+			if err != nil {
+				return idem.Record{}, err
+			}
+			rec.Response.Header = h
+		}
+	}
+	return rec, rec.Check()
+}
