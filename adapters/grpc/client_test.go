@@ -2,6 +2,7 @@ package idemgrpc_test
 
 import (
 	"context"
+	"net"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -320,5 +321,26 @@ func TestClientRetriesStoreFailure(t *testing.T) {
 	_, _, _, err = call(t.Context(), c, request("x"), idemgrpc.Report(&r))
 	if status.Code(err) != codes.Unavailable || r.Attempts != 3 || r.Key == "" {
 		t.Errorf("%v %+v, want Unavailable after 3 attempts with one key", err, r)
+	}
+}
+
+// No server at all: each attempt is Unavailable, and the client gives up
+// at its limit with the last error.
+func TestClientNoServer(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	unary, err := idemgrpc.UnaryClientInterceptor(idemgrpc.WithMaxAttempts(3), idemgrpc.WithBackoff(10*time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testpb.NewTestServiceClient(dial(t, addr, grpc.WithChainUnaryInterceptor(unary)))
+	var r idemgrpc.Result
+	_, err = c.UnaryCall(t.Context(), request("x"), idemgrpc.Report(&r))
+	if status.Code(err) != codes.Unavailable || r.Attempts != 3 || r.Replayed {
+		t.Errorf("%v %+v, want Unavailable after 3 attempts", err, r)
 	}
 }

@@ -461,3 +461,33 @@ func (failingStore) Complete(context.Context, string, string, string, idem.Respo
 	return errDown
 }
 func (failingStore) Release(context.Context, string, string, string) error { return errDown }
+
+// In wait mode (idem.WithWait) a duplicate in flight waits for the first
+// call and gets its replay instead of Aborted.
+func TestWaitMode(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore func(testing.TB) idem.Store) {
+		started := make(chan struct{})
+		svc := &service{}
+		svc.fn = func(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+			close(started)
+			time.Sleep(200 * time.Millisecond)
+			return &testpb.SimpleResponse{Username: "waited"}, nil
+		}
+		engine := newEngine(t, newStore(t), idem.WithWait(5*time.Second))
+		c := testpb.NewTestServiceClient(dial(t, serve(t, engine, svc, nil)))
+		ctx := withKey(t.Context(), "w")
+		first := make(chan error, 1)
+		go func() { _, _, _, err := call(ctx, c, request("x")); first <- err }()
+		<-started
+		resp, hdr, _, err := call(ctx, c, request("x"))
+		if err != nil || !replayed(hdr) || resp.GetUsername() != "waited" {
+			t.Errorf("the duplicate: %v %v replayed=%v, want the replay", resp, err, replayed(hdr))
+		}
+		if err := <-first; err != nil {
+			t.Error(err)
+		}
+		if n := svc.runs.Load(); n != 1 {
+			t.Errorf("handler ran %d times, want 1", n)
+		}
+	})
+}
