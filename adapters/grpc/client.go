@@ -50,8 +50,9 @@ type Result struct {
 }
 
 // Report returns a call option that fills r once a call through the client
-// interceptor ends, whatever its outcome. Without the interceptor r is
-// left as it is.
+// interceptor ends, whatever its outcome. A call the interceptor does not
+// protect (no interceptor, WithMethods, an empty caller key) leaves r as
+// it is.
 //
 //	var r idemgrpc.Result
 //	resp, err := orders.Create(ctx, req, idemgrpc.Report(&r))

@@ -52,9 +52,9 @@
 // grpc.ClientSupportedCompressors, which need grpc's own stream, fail in
 // a protected handler.
 //
-// The stored value is a small versioned envelope (envelope.go): the
-// response's wire bytes and message name, or the google.rpc.Status of a
-// final error, and both metadata sets. A replay sets the stored metadata
+// The stored value is a small versioned envelope: the response's wire
+// bytes and message name, or the google.rpc.Status of a final error, and
+// both metadata sets. A replay sets the stored metadata
 // plus idempotency-replayed: true (WithReplayMetadata) in the header and
 // decodes the response into the method's output type: the one given with
 // WithResponseType, else the output of the method's descriptor in
@@ -116,7 +116,8 @@
 //
 //	the answer                                     retried?
 //	Unavailable (the server, or no connection)     yes, honouring RetryInfo
-//	Aborted with RetryInfo (in flight)             yes, honouring RetryInfo
+//	Aborted with RetryInfo (in flight, or the      yes, honouring RetryInfo
+//	  server asks for a retry)
 //	a replayed answer (idempotency-replayed)       no: it is the stored answer
 //	any other code, OK included                    no
 //	anything once the call's context has ended     no
