@@ -54,9 +54,9 @@
 //
 // The stored value is a small versioned envelope: the response's wire
 // bytes and message name, or the google.rpc.Status of a final error, and
-// both metadata sets. A replay sets the stored metadata plus idempotency-
-// replayed: true (WithReplayMetadata) in the header and decodes the
-// response into the method's output type: the one given with
+// both metadata sets. A replay sets the stored metadata plus
+// idempotency-replayed: true (WithReplayMetadata) in the header and
+// decodes the response into the method's output type: the one given with
 // WithResponseType, else the output of the method's descriptor in
 // protoregistry.GlobalFiles (generated code registers its services there),
 // else the stored message name in protoregistry.GlobalTypes. A type found
