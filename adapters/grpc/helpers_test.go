@@ -117,9 +117,15 @@ func newRedisStore(t testing.TB) idem.Store {
 	return s
 }
 
-// newPostgresStore returns a store at IDEM_TEST_POSTGRES_URL in a random
-// table that is dropped when the test ends.
 func newPostgresStore(t testing.TB) idem.Store {
+	t.Helper()
+	s, _ := newPostgres(t)
+	return s
+}
+
+// newPostgres returns a store at IDEM_TEST_POSTGRES_URL in a random table
+// that is dropped when the test ends, and its pool.
+func newPostgres(t testing.TB) (*pgxstore.Store, *pgxpool.Pool) {
 	t.Helper()
 	url := envOr("IDEM_TEST_POSTGRES_URL", defaultPostgresURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -158,7 +164,7 @@ func newPostgresStore(t testing.TB) idem.Store {
 		}
 		pool.Close()
 	})
-	return s
+	return s, pool
 }
 
 // newEngine returns an engine on store with a short in-flight hint and

@@ -11,6 +11,8 @@ import (
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
 	idem "github.com/idemkit/idem/core"
+	pgxstore "github.com/idemkit/idem/stores/pgx"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -490,4 +492,47 @@ func TestWaitMode(t *testing.T) {
 			t.Errorf("handler ran %d times, want 1", n)
 		}
 	})
+}
+
+// With an exactly-once store the handler's context carries the
+// transaction that commits with the stored answer: a released error rolls
+// the handler's writes back, and a replay writes nothing.
+func TestExactlyOnce(t *testing.T) {
+	store, pool := newPostgres(t)
+	table := pgx.Identifier{"idemgrpc_charges_" + randomName()}.Sanitize()
+	if _, err := pool.Exec(t.Context(), "CREATE TABLE "+table+" (id text)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE "+table) })
+	svc := &service{}
+	svc.fn = func(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+		tx, ok := pgxstore.Tx(ctx)
+		if !ok {
+			return nil, status.Error(codes.Internal, "no transaction in the handler's context")
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1)", string(req.GetPayload().GetBody())); err != nil {
+			return nil, err
+		}
+		if svc.runs.Load() == 1 {
+			return nil, status.Error(codes.Unavailable, "try again")
+		}
+		return &testpb.SimpleResponse{Username: "charged"}, nil
+	}
+	c := testpb.NewTestServiceClient(dial(t, serve(t, newEngine(t, store.ExactlyOnce()), svc, nil)))
+	ctx := withKey(t.Context(), "once")
+	if _, _, _, err := call(ctx, c, request("c1")); status.Code(err) != codes.Unavailable {
+		t.Fatalf("first: %v, want the handler's Unavailable", err)
+	}
+	for range 2 {
+		if resp, _, _, err := call(ctx, c, request("c1")); err != nil || resp.GetUsername() != "charged" {
+			t.Fatalf("%v %v", resp, err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || svc.runs.Load() != 2 {
+		t.Errorf("%d rows after %d runs, want 1 row after 2", n, svc.runs.Load())
+	}
 }
