@@ -1,0 +1,70 @@
+package idemgrpc_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	idemgrpc "github.com/idemkit/idem/adapters/grpc"
+	"google.golang.org/grpc/codes"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+)
+
+func TestBadOptions(t *testing.T) {
+	engine := newEngine(t, newMemoryStore(t))
+	for name, opt := range map[string]idemgrpc.Option{
+		"empty key name":          idemgrpc.WithKeyMetadata(""),
+		"key name with a space":   idemgrpc.WithKeyMetadata("idempotency key"),
+		"binary key name":         idemgrpc.WithKeyMetadata("key-bin"),
+		"reserved key name":       idemgrpc.WithKeyMetadata("grpc-key"),
+		"bad replay name":         idemgrpc.WithReplayMetadata("replayed:"),
+		"nil key function":        idemgrpc.WithKeyFunc(nil),
+		"nil namespace":           idemgrpc.WithNamespace(nil),
+		"OK as final":             idemgrpc.WithFinalCodes(codes.OK),
+		"a code that is not":      idemgrpc.WithFinalCodes(codes.Code(17)),
+		"a pattern without slash": idemgrpc.ForMethod("grpc.testing.TestService/UnaryCall"),
+		"a pattern too deep":      idemgrpc.ForMethod("/a/b/c"),
+		"a partial wildcard":      idemgrpc.ForMethod("/a/Un*"),
+		"an empty pattern":        idemgrpc.ForMethod(""),
+		"a type for a service":    idemgrpc.WithResponseType("/a/*", &testpb.Empty{}),
+		"a nil type":              idemgrpc.WithResponseType(unaryCall, nil),
+	} {
+		if _, err := idemgrpc.UnaryServerInterceptor(engine, opt); !errors.Is(err, idemgrpc.ErrBadOption) {
+			t.Errorf("%s: %v, want ErrBadOption", name, err)
+		}
+	}
+	if _, err := idemgrpc.UnaryServerInterceptor(nil); !errors.Is(err, idemgrpc.ErrBadOption) {
+		t.Errorf("nil engine: %v", err)
+	}
+	for name, opt := range map[string]idemgrpc.ClientOption{
+		"bad key name":       idemgrpc.WithKeyMetadata("a/b"),
+		"no attempts":        idemgrpc.WithMaxAttempts(0),
+		"zero backoff":       idemgrpc.WithBackoff(0, time.Second),
+		"cap below the base": idemgrpc.WithBackoff(time.Second, time.Millisecond),
+		"zero budget":        idemgrpc.WithBudget(0),
+		"zero delay cap":     idemgrpc.WithRetryDelayCap(0),
+		"nil method filter":  idemgrpc.WithMethods(nil),
+	} {
+		if _, err := idemgrpc.UnaryClientInterceptor(opt); !errors.Is(err, idemgrpc.ErrBadOption) {
+			t.Errorf("%s: %v, want ErrBadOption", name, err)
+		}
+	}
+}
+
+func TestGoodOptions(t *testing.T) {
+	engine := newEngine(t, newMemoryStore(t))
+	if _, err := idemgrpc.UnaryServerInterceptor(engine, nil,
+		idemgrpc.WithKeyMetadata("X-Request-ID"),
+		idemgrpc.WithReplayMetadata("x-replayed"),
+		idemgrpc.WithFinalCodes(codes.InvalidArgument, codes.Unauthenticated),
+		idemgrpc.ForMethod("*", idemgrpc.Optional(), nil),
+		idemgrpc.ForMethod("/a.B/*", idemgrpc.TTL(time.Hour)),
+		idemgrpc.ForMethod("/a.B/C", idemgrpc.Skip()),
+		idemgrpc.WithResponseType("/a.B/C", &testpb.Empty{}),
+	); err != nil {
+		t.Errorf("server: %v", err)
+	}
+	if _, err := idemgrpc.UnaryClientInterceptor(nil, idemgrpc.WithKeyMetadata("x-request-id"), idemgrpc.WithBackoff(time.Second, time.Second)); err != nil {
+		t.Errorf("client: %v", err)
+	}
+}
