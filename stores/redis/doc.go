@@ -68,9 +68,17 @@
 // The Store needs Redis 7.0 or later: a claim is a SET with both NX and
 // GET.
 //
-// Records must not be evicted early: use maxmemory-policy noeviction (or
-// size Redis so it never evicts), since volatile-* and allkeys-* policies
-// may drop a record that still blocks duplicates or holds a response.
+// Records must not be evicted: an evicted record lets its request run
+// again, and an evicted claim lets a duplicate run beside it. Every
+// record has a TTL, so the volatile-* policies reach them as surely as
+// the allkeys-* ones (volatile-ttl takes the claims in flight first).
+// New therefore refuses, with ErrEvictionPolicy, a server whose
+// maxmemory-policy is not noeviction while maxmemory is set; it warns
+// once through WithLogger's logger, and goes on, when the policy evicts
+// but maxmemory is 0 (nothing is evicted until it is set), and when it
+// cannot ask (Redis unreachable, or CONFIG refused, as managed services
+// may). The check is made at New only, on the masters then in use. Under
+// noeviction a full Redis refuses writes and the engine answers 503.
 // Replication in Redis is asynchronous: after a failover, a claim or a
 // response written just before it may be lost, and the request it guarded
 // may run again.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -19,6 +20,10 @@ var (
 	ErrInvalidOption = errors.New("redisstore: invalid option")
 	// ErrClosed is returned by Watch after Close.
 	ErrClosed = errors.New("redisstore: store closed")
+	// ErrEvictionPolicy is wrapped by the error New returns when Redis may
+	// evict the Store's records: a maxmemory-policy other than noeviction
+	// with maxmemory set.
+	ErrEvictionPolicy = errors.New("redisstore: Redis may evict idempotency records")
 )
 
 // DefaultPrefix is the key prefix used when WithPrefix is not given.
@@ -27,11 +32,13 @@ const DefaultPrefix = "idem:"
 // maxPrefixLen bounds WithPrefix; a prefix is repeated in every key.
 const maxPrefixLen = 256
 
-// Option configures a Store. Options are applied in order by New.
+// Option configures a Store. Options are applied in order by New; a nil
+// Option is ignored.
 type Option func(*options)
 
 type options struct {
 	prefix string
+	logger *slog.Logger
 }
 
 // WithPrefix sets the prefix of every Redis key and of the notification
@@ -43,6 +50,13 @@ type options struct {
 // the first tag of a key.
 func WithPrefix(prefix string) Option {
 	return func(o *options) { o.prefix = prefix }
+}
+
+// WithLogger sets the logger New warns through when it cannot check
+// Redis's eviction policy (see New). Default: slog.Default(); nil means
+// the default.
+func WithLogger(logger *slog.Logger) Option {
+	return func(o *options) { o.logger = logger }
 }
 
 func (o *options) validate() error {
@@ -85,9 +99,16 @@ var (
 
 // New returns a Store that keeps its records through client: a
 // *redis.Client, a *redis.ClusterClient or a Sentinel-backed failover
-// client (redis.NewFailoverClient or redis.NewUniversalClient). New does
-// not contact Redis; the first call does. It returns an error wrapping
-// ErrInvalidOption when an option's value cannot be used.
+// client (redis.NewFailoverClient or redis.NewUniversalClient). It returns
+// an error wrapping ErrInvalidOption when an option's value cannot be
+// used.
+//
+// New asks Redis (every master, on Cluster) for its maxmemory and
+// maxmemory-policy, within evictionCheckTimeout (2 s), and returns an
+// error wrapping ErrEvictionPolicy when Redis may evict the Store's
+// records. When Redis cannot be asked (it is unreachable, or refuses
+// CONFIG GET, as managed services may), or when an evicting policy is
+// set without maxmemory, New logs one warning and returns the Store.
 //
 // A *redis.Ring works too, except that notifications only reach waiters
 // for records on the shard that holds the channel; the engine's polling
@@ -98,16 +119,22 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	o := options{prefix: DefaultPrefix}
 	for _, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		if opt != nil {
+			opt(&o)
 		}
-		opt(&o)
 	}
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	if !honoursDeadlines(client) {
 		return nil, fmt.Errorf("%w: the client ignores context deadlines, so the engine's store timeout could not bound a call to a hung Redis (go-redis then waits its own read and dial timeouts, 3 to 5 seconds); set ContextTimeoutEnabled: true in the client's options", ErrInvalidOption)
+	}
+	logger := o.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if err := checkEviction(client, logger); err != nil {
+		return nil, err
 	}
 	s := &Store{
 		client:  client,
