@@ -57,6 +57,10 @@ func TestNew(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	defer ring.Close()
+	short := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: 200 * time.Millisecond})
+	defer short.Close()
 	for _, tc := range []struct {
 		name   string
 		client redis.UniversalClient
@@ -67,6 +71,11 @@ func TestNew(t *testing.T) {
 		{"OpenBrace", client, []Option{WithPrefix("app{1:")}, "'{' or '}'"},
 		{"CloseBrace", client, []Option{WithPrefix("app}:")}, "'{' or '}'"},
 		{"LongPrefix", client, []Option{WithPrefix(strings.Repeat("p", 257))}, "more than 256"},
+		{"NoReplicas", client, []Option{WithReplicas(0, time.Second)}, "want at least 1"},
+		{"NegativeReplicas", client, []Option{WithReplicas(-1, time.Second)}, "want at least 1"},
+		{"NoWaitTimeout", client, []Option{WithReplicas(1, 0)}, "at least 1ms"},
+		{"WaitOverReadTimeout", short, []Option{WithReplicas(1, 200*time.Millisecond)}, "ReadTimeout"},
+		{"ReplicasOnRing", ring, []Option{WithReplicas(1, time.Second)}, "*redis.Ring"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.client, append(tc.opts, quiet)...)
@@ -79,12 +88,15 @@ func TestNew(t *testing.T) {
 		t.Fatal("New(nil) succeeded")
 	}
 	// Nil options are ignored; the last value of an option wins.
-	s, err = New(client, nil, WithPrefix("x:"), nil, WithPrefix("orders:"), quiet)
+	s, err = New(client, nil, WithPrefix("x:"), nil, WithPrefix("orders:"), WithReplicas(2, 100*time.Millisecond), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if k := s.Key("scope", "key"); !strings.HasPrefix(k, "orders:{") {
 		t.Errorf("key %q does not start with the prefix", k)
+	}
+	if s.replicas != 2 || s.waitTimeout != 100*time.Millisecond {
+		t.Errorf("WithReplicas: %d replicas, timeout %v", s.replicas, s.waitTimeout)
 	}
 }
 
