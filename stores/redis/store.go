@@ -64,7 +64,7 @@ func WithPrefix(prefix string) Option {
 // the replication itself. Release, Delete and reads do not wait. A write
 // that fewer replicas acknowledge within timeout fails with an error
 // wrapping ErrNotReplicated, although it happened on the primary; the
-// package documentation (Durability) says what the engine then does.
+// package documentation (Replication) says what the engine then does.
 //
 // n must be positive, and timeout at least 1 ms and below the client's
 // ReadTimeout (it is also cut to fit each call's deadline). The client
@@ -151,12 +151,12 @@ var (
 // an error wrapping ErrInvalidOption when an option's value cannot be
 // used.
 //
-// New asks Redis (every master, on Cluster) for its maxmemory and
-// maxmemory-policy, within evictionCheckTimeout (2 s), and returns an
+// New asks every master (the one server, or each Cluster shard) for its
+// maxmemory and maxmemory-policy, waiting at most 2 s, and returns an
 // error wrapping ErrEvictionPolicy when Redis may evict the Store's
-// records. When Redis cannot be asked (it is unreachable, or refuses
-// CONFIG GET, as managed services may), or when an evicting policy is
-// set without maxmemory, New logs one warning and returns the Store.
+// records. When Redis cannot be asked (unreachable, or CONFIG refused, as
+// managed services may), or an evicting policy is set without maxmemory,
+// New logs one warning and returns the Store.
 //
 // A *redis.Ring works too, except that notifications only reach waiters
 // for records on the shard that holds the channel; the engine's polling
