@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -479,4 +481,26 @@ func TestReplicasCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// New warns once when a master has fewer replicas connected than
+// WithReplicas asks for, and works.
+func TestReplicasTooFew(t *testing.T) {
+	rs := startReplicated(t)
+	for _, tc := range []struct {
+		n    int
+		warn bool
+	}{{1, false}, {2, true}} {
+		var log bytes.Buffer
+		s, err := New(rs.client, WithReplicas(tc.n, replicaWait), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+		got := strings.Count(log.String(), "\n")
+		if tc.warn != (got == 1) || got > 1 || (tc.warn && !strings.Contains(log.String(), "1 connected")) {
+			t.Fatalf("WithReplicas(%d) on a primary with 1 replica logged %q", tc.n, log.String())
+		}
+		t.Logf("WithReplicas(%d): %q", tc.n, log.String())
+	}
 }

@@ -75,9 +75,8 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) { o.replicas, o.timeout = n, timeout }
 }
 
-// WithLogger sets the logger New warns through when it cannot check
-// Redis's eviction policy (see New). Default: slog.Default(); nil means
-// the default.
+// WithLogger sets the logger New warns through about what it finds on
+// the servers (see New). Default: slog.Default(); nil means the default.
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) { o.logger = logger }
 }
@@ -156,7 +155,8 @@ var (
 // error wrapping ErrEvictionPolicy when Redis may evict the Store's
 // records. When Redis cannot be asked (unreachable, or CONFIG refused, as
 // managed services may), or an evicting policy is set without maxmemory,
-// New logs one warning and returns the Store.
+// New logs one warning and returns the Store; so it does when a master
+// has fewer replicas connected than WithReplicas asks for.
 //
 // A *redis.Ring works too, except that notifications only reach waiters
 // for records on the shard that holds the channel; the engine's polling
@@ -181,7 +181,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	if err := checkEviction(client, logger); err != nil {
+	if err := checkServers(client, logger, o.replicas); err != nil {
 		return nil, err
 	}
 	s := &Store{

@@ -13,37 +13,40 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// evictionCheckTimeout bounds New's question about the eviction policy.
-const evictionCheckTimeout = 2 * time.Second
+// checkTimeout bounds New's questions to the servers.
+const checkTimeout = 2 * time.Second
 
-// evictionReport gathers what each master said about its eviction policy.
-type evictionReport struct {
+// serverReport gathers what each master told New.
+type serverReport struct {
 	mu      sync.Mutex
 	evict   []string // masters that may evict records now
 	latent  []string // masters with an evicting policy but no maxmemory
 	unknown []string // masters that could not be asked, with why
+	short   []string // masters with fewer replicas than WithReplicas asks for
 }
 
-func (r *evictionReport) add(list *[]string, s string) {
+func (r *serverReport) add(list *[]string, s string) {
 	r.mu.Lock()
 	*list = append(*list, s)
 	r.mu.Unlock()
 }
 
-// checkEviction asks every master behind client for its maxmemory and
-// maxmemory-policy. It returns an error wrapping ErrEvictionPolicy when
-// one may evict the Store's records: a policy other than noeviction with
-// maxmemory set. Every record has a TTL, so the volatile-* policies reach
-// them as surely as the allkeys-* ones, and volatile-ttl takes the claims
-// of requests in flight first. When a master cannot be asked, or has an
-// evicting policy without maxmemory (nothing is evicted until maxmemory
-// is set), it logs one warning and returns nil.
-func checkEviction(client redis.UniversalClient, logger *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+// checkServers asks every master behind client for its maxmemory and
+// maxmemory-policy and, when replicas is positive, for its connected
+// replicas. It returns an error wrapping ErrEvictionPolicy when one may
+// evict the Store's records: a policy other than noeviction with
+// maxmemory set. Every record has a TTL, so the volatile-* policies
+// reach them as surely as the allkeys-* ones, and volatile-ttl takes the
+// claims of requests in flight first. It logs one warning for each of: a
+// master that could not be asked, one with an evicting policy but no
+// maxmemory (nothing is evicted until maxmemory is set), and one with
+// fewer connected replicas than WithReplicas asks for.
+func checkServers(client redis.UniversalClient, logger *slog.Logger, replicas int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
-	var r evictionReport
+	var r serverReport
 	check := func(ctx context.Context, c *redis.Client) error {
-		r.ask(ctx, c, c.Options().Addr)
+		r.ask(ctx, c, c.Options().Addr, replicas)
 		return nil
 	}
 	var err error
@@ -55,7 +58,7 @@ func checkEviction(client redis.UniversalClient, logger *slog.Logger) error {
 	case *redis.Client:
 		err = check(ctx, c)
 	default:
-		r.ask(ctx, client, fmt.Sprintf("%T", client))
+		r.ask(ctx, client, fmt.Sprintf("%T", client), replicas)
 	}
 	if err != nil {
 		r.add(&r.unknown, err.Error())
@@ -71,11 +74,15 @@ func checkEviction(client redis.UniversalClient, logger *slog.Logger) error {
 		logger.Warn("redisstore: Redis has an evicting maxmemory-policy without maxmemory: nothing is evicted now, but idempotency records would be once maxmemory is set; use noeviction",
 			slog.String("servers", strings.Join(r.latent, "; ")))
 	}
+	if len(r.short) > 0 {
+		logger.Warn(fmt.Sprintf("redisstore: WithReplicas(%d, ...): Redis has fewer replicas connected; until it has them, every new request gets 503", replicas),
+			slog.String("servers", strings.Join(r.short, "; ")))
+	}
 	return nil
 }
 
 // ask asks one server, named addr in the report.
-func (r *evictionReport) ask(ctx context.Context, c redis.Cmdable, addr string) {
+func (r *serverReport) ask(ctx context.Context, c redis.Cmdable, addr string, replicas int) {
 	policy, maxmemory, err := evictionConfig(ctx, c)
 	switch {
 	case err != nil:
@@ -86,6 +93,25 @@ func (r *evictionReport) ask(ctx context.Context, c redis.Cmdable, addr string) 
 	default:
 		r.add(&r.latent, fmt.Sprintf("%s: maxmemory-policy %s", addr, policy))
 	}
+	if replicas > 0 {
+		if n, err := connectedReplicas(ctx, c); err == nil && n < replicas {
+			r.add(&r.short, fmt.Sprintf("%s: %d connected", addr, n))
+		}
+	}
+}
+
+// connectedReplicas reads connected_slaves from INFO replication.
+func connectedReplicas(ctx context.Context, c redis.Cmdable) (int, error) {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO replication has no connected_slaves")
 }
 
 // evictionConfig reads maxmemory-policy and maxmemory with one CONFIG GET.
