@@ -125,7 +125,9 @@
 // A completion still pending when the claim's acknowledged lease ends on
 // the new primary, or when the application stops, is lost as without
 // the option. While fewer than n replicas are connected every new
-// request gets 503 after the timeout, and every replay waits it out.
+// request gets 503 after the timeout, and every replay waits it out
+// (Redis checks the timeout on its hz tick, so up to 100 ms more by
+// default).
 //
 // WAIT is not consensus. A record survives a failover to a replica that
 // acknowledged it; Sentinel and Cluster promote the replica with the

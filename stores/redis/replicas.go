@@ -34,16 +34,22 @@ type waitCmd struct {
 	timeout time.Duration
 }
 
-// queueWait adds WAIT to pipe, its timeout cut to fit ctx's deadline with
-// a tenth of the time left for the reply, so that a short WAIT is reported
-// as ErrNotReplicated rather than as the call's timeout.
+// waitMargin is the time a WAIT cut to fit a deadline leaves for its
+// reply: Redis checks a blocked WAIT's timeout on its hz tick (every
+// 100 ms by default), so a WAIT can overrun its timeout by that much.
+const waitMargin = 150 * time.Millisecond
+
+// queueWait adds WAIT to pipe, its timeout cut to fit ctx's deadline
+// (less waitMargin or a tenth of the time left, at most half of it), so
+// that a short WAIT is reported as ErrNotReplicated rather than as the
+// call's timeout.
 func (s *Store) queueWait(ctx context.Context, pipe redis.Pipeliner) waitCmd {
 	d := s.waitTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
-		d = min(d, left-left/10)
+		d = min(d, max(left-max(left/10, waitMargin), left/2))
 	}
-	d = max(d.Round(time.Millisecond), time.Millisecond) // WAIT 0 would block for ever
+	d = max(d.Truncate(time.Millisecond), time.Millisecond) // WAIT 0 would block for ever
 	cmd := redis.NewIntCmd(ctx, "wait", s.replicas, d.Milliseconds())
 	_ = pipe.Process(ctx, cmd) // queued: the reply comes with Exec
 	return waitCmd{cmd, d}

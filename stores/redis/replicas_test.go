@@ -230,6 +230,14 @@ func TestReplicasShortfall(t *testing.T) {
 		t.Fatalf("the unacknowledged claim is not on the primary: %+v %v %v", rec, ok, err)
 	}
 
+	// A WAIT longer than the call's deadline is cut to fit it, so the
+	// caller learns why the call failed.
+	long := newTestStore(t, rs.client, WithReplicas(1, 3*time.Second))
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = long.Claim(short, idem.Claim{Scope: "s", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
+	cancel()
+	notReplicated("a claim whose deadline is shorter than the WAIT", err)
+
 	notReplicated("Extend", s.Extend(ctx, "s", "held", "tok", now, now.Add(2*time.Minute)))
 	err = s.Complete(ctx, "s", "held", "tok", resp, now, now.Add(time.Hour))
 	notReplicated("Complete", err)
