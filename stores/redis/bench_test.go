@@ -18,6 +18,8 @@ import (
 //	go test -run '^$' -bench . -benchtime 2000x -count 5
 //
 // Targets: ClaimComplete at most 2.2 times SetNXPX, Replay at most 1.2.
+// BenchmarkReplicasRatios prices WithReplicas the same way, against a
+// private primary and replica.
 
 var benchResp = idem.Response{
 	Status: http.StatusCreated,
@@ -166,4 +168,55 @@ func BenchmarkRatios(b *testing.B) {
 func median(d []time.Duration) time.Duration {
 	slices.Sort(d)
 	return d[len(d)/2]
+}
+
+// BenchmarkReplicasRatios interleaves, on a private primary with one
+// replica, a first request (Claim, then Complete) and a replay through a
+// Store without WithReplicas and through one with WithReplicas(1, 1s),
+// and reports the ratios of their median latencies: what waiting for the
+// replica costs on top of the same round trips.
+func BenchmarkReplicasRatios(b *testing.B) {
+	rs := startReplicated(b)
+	plain := newTestStore(b, rs.client)
+	synced := newTestStore(b, rs.client, WithReplicas(1, time.Second))
+	ctx := context.Background()
+	stores := []*Store{plain, synced}
+	for _, s := range stores {
+		warmUp(b, s)
+		now := time.Now()
+		if _, err := s.Claim(ctx, idem.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token", Now: now, LeaseEnd: now.Add(benchLease)}); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Complete(ctx, "bench", "done", "token", benchResp, now, now.Add(time.Hour)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	first := make([][]time.Duration, 2)
+	replay := make([][]time.Duration, 2)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		key := strconv.Itoa(i)
+		for j := range stores {
+			k := (i + j) % 2 // alternate which store goes first
+			s := stores[k]
+			t0 := time.Now()
+			res, err := s.Claim(ctx, idem.Claim{Scope: "bench", Key: key, Fingerprint: "fingerprint", Token: "token", Now: t0, LeaseEnd: t0.Add(benchLease)})
+			if err != nil || !res.Acquired {
+				b.Fatal(res, err)
+			}
+			if err := s.Complete(ctx, "bench", key, "token", benchResp, t0, t0.Add(time.Hour)); err != nil {
+				b.Fatal(err)
+			}
+			first[k] = append(first[k], time.Since(t0))
+			t0 = time.Now()
+			res, err = s.Claim(ctx, idem.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token2", Now: t0, LeaseEnd: t0.Add(benchLease)})
+			if err != nil || res.Existing == nil {
+				b.Fatal(res, err)
+			}
+			replay[k] = append(replay[k], time.Since(t0))
+		}
+	}
+	b.ReportMetric(float64(median(first[0]).Nanoseconds()), "first-median-ns")
+	b.ReportMetric(float64(median(first[1]))/float64(median(first[0])), "first-replicas/first")
+	b.ReportMetric(float64(median(replay[1]))/float64(median(replay[0])), "replay-replicas/replay")
 }

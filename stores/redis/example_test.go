@@ -54,3 +54,23 @@ func ExampleNew_cluster() {
 	}
 	_ = engine
 }
+
+// Behind Sentinel, with every claim and completion acknowledged by a
+// replica before the engine counts it, so that a failover loses none.
+func ExampleWithReplicas() {
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            "mymaster",
+		SentinelAddrs:         []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+		ContextTimeoutEnabled: true,
+	})
+	store, err := redisstore.New(client, redisstore.WithReplicas(1, 100*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	engine, err := idem.New(store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = engine
+}

@@ -228,14 +228,24 @@ func (s *server) kill() {
 // torn down when the test ends.
 func startCluster(t testing.TB) *redis.ClusterClient {
 	t.Helper()
+	client, _ := startClusterOf(t, 0)
+	return client
+}
+
+// startClusterOf is startCluster with replicas replicas per master
+// (3 × (1 + replicas) processes), each in sync with its master before it
+// returns. It also returns every node's server, by address.
+func startClusterOf(t testing.TB, replicas int) (*redis.ClusterClient, map[string]*server) {
+	t.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		unavailable(t, "redis-cli is not installed: %v", err)
 	}
 	redisServerPath(t)
 	var addrs []string
+	nodes := map[string]*server{}
 	used := map[int]bool{}
-	for len(addrs) < 3 {
+	for len(addrs) < 3*(1+replicas) {
 		port := freePort(t, true)
 		if used[port] || used[port+10000] || used[port-10000] {
 			continue
@@ -246,13 +256,15 @@ func startCluster(t testing.TB) *redis.ClusterClient {
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(port)+".conf"),
 			"--cluster-node-timeout", "2000",
+			"--repl-diskless-sync-delay", "0",
 		)
 		addrs = append(addrs, s.addr())
+		nodes[s.addr()] = s
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	create := exec.CommandContext(ctx, cli, append(append([]string{"--cluster", "create"}, addrs...),
-		"--cluster-replicas", "0", "--cluster-yes")...)
+		"--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")...)
 	if out, err := create.CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -287,5 +299,25 @@ func startCluster(t testing.TB) *redis.ClusterClient {
 		client.ReloadState(ctx)
 		time.Sleep(50 * time.Millisecond)
 	}
-	return client
+	if replicas > 0 {
+		// A key on each master to write for the check.
+		probe := map[string]string{}
+		for i := 0; len(probe) < 3; i++ {
+			key := "idemtest:sync-probe:" + strconv.Itoa(i)
+			m, err := client.MasterForKey(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := probe[m.Options().Addr]; !ok {
+				probe[m.Options().Addr] = key
+			}
+		}
+		err := client.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			return inSync(c, replicas, probe[c.Options().Addr])
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return client, nodes
 }

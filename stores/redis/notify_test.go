@@ -22,9 +22,7 @@ func closedNow(ch <-chan struct{}) bool {
 // returns at once, and the watch is woken when the subscription is
 // confirmed. No server needed.
 func TestWatchDoesNotBlock(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1})
-	defer client.Close()
-	s, err := New(client)
+	s, err := New(offlineClient(t), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,10 @@
 package redisstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Each state change that needs a check is one Lua script, so it is atomic
 // on the server and costs one round trip. Every script touches exactly one
@@ -42,23 +46,40 @@ return 1
 
 // heldPrelude loads the record into v and returns 0 from the script
 // unless it is in progress and holds the token ARGV[1]; n is the token's
-// length.
-const heldPrelude = `
+// length. When ARGV[sync] is "1" (WithReplicas), a completed record has
+// its expiry set again, unchanged, and the script returns 2: that write
+// carries the connection's replication offset past the record, so the
+// WAIT pipelined after the script tells whether the record has reached
+// the replicas (WAIT counts only its own connection's writes). sync 0
+// leaves that branch out.
+func heldPrelude(sync int) string {
+	completed := ""
+	if sync > 0 {
+		completed = fmt.Sprintf(`
+if v and string.byte(v, 1) == 50 and ARGV[%d] == '1' then
+  local t = redis.call('PEXPIRETIME', k)
+  if t > 0 then redis.call('PEXPIREAT', k, t) end
+  return 2
+end`, sync)
+	}
+	return `
 local k = KEYS[1]
-local v = redis.call('GET', k)
+local v = redis.call('GET', k)` + completed + `
 if not v or string.byte(v, 1) ~= 49 then return 0 end
 local n = tonumber(string.sub(v, 62, 66))
 if not n or string.sub(v, 67, 66 + n) ~= ARGV[1] then return 0 end
 `
+}
 
 // completeScript stores the response of a held claim.
 //
 //	KEYS[1] record key
 //	ARGV    token, now, expires at, TTL in ms, response head, body,
-//	        notify channel, record id
+//	        notify channel, record id, and "1" under WithReplicas
 //
-// It returns 1 when the record was completed, 0 when the claim is lost.
-var completeScript = redis.NewScript(heldPrelude + `
+// It returns 1 when the record was completed, 0 when the claim is lost,
+// and 2 (under WithReplicas) when the record is completed already.
+var completeScript = redis.NewScript(heldPrelude(9) + `
 if not (ARGV[2] < string.sub(v, 2, 21)) then return 0 end
 redis.call('SET', k, '2' .. string.rep('0', 20) .. ARGV[3] .. string.sub(v, 42, 61) .. '00000' ..
   string.sub(v, 67 + n) .. ARGV[5] .. ARGV[6], 'PX', ARGV[4])
@@ -72,7 +93,7 @@ return 1
 //	ARGV    token, notify channel, record id
 //
 // It returns 1 when the record was deleted, 0 when the claim is lost.
-var releaseScript = redis.NewScript(heldPrelude + `
+var releaseScript = redis.NewScript(heldPrelude(0) + `
 redis.call('DEL', k)
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
@@ -82,10 +103,12 @@ return 1
 // claim.
 //
 //	KEYS[1] record key
-//	ARGV    token, now, new lease end, TTL in ms
+//	ARGV    token, now, new lease end, TTL in ms, and "1" under
+//	        WithReplicas
 //
-// It returns 1 when the lease moved, 0 when the claim is lost.
-var extendScript = redis.NewScript(heldPrelude + `
+// It returns 1 when the lease moved, 0 when the claim is lost, and 2
+// (under WithReplicas) when the record is completed.
+var extendScript = redis.NewScript(heldPrelude(5) + `
 if not (ARGV[2] < string.sub(v, 2, 21)) then return 0 end
 redis.call('SET', k, '1' .. ARGV[3] .. ARGV[3] .. string.sub(v, 42), 'PX', ARGV[4])
 return 1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -19,6 +20,14 @@ var (
 	ErrInvalidOption = errors.New("redisstore: invalid option")
 	// ErrClosed is returned by Watch after Close.
 	ErrClosed = errors.New("redisstore: store closed")
+	// ErrNotReplicated is wrapped by the error of a write that fewer
+	// replicas acknowledged than WithReplicas asks for. The write itself
+	// happened on the primary: see WithReplicas.
+	ErrNotReplicated = errors.New("redisstore: not acknowledged by enough replicas")
+	// ErrEvictionPolicy is wrapped by the error New returns when Redis may
+	// evict the Store's records: a maxmemory-policy other than noeviction
+	// with maxmemory set.
+	ErrEvictionPolicy = errors.New("redisstore: Redis may evict idempotency records")
 )
 
 // DefaultPrefix is the key prefix used when WithPrefix is not given.
@@ -27,11 +36,15 @@ const DefaultPrefix = "idem:"
 // maxPrefixLen bounds WithPrefix; a prefix is repeated in every key.
 const maxPrefixLen = 256
 
-// Option configures a Store. Options are applied in order by New.
+// Option configures a Store. Options are applied in order by New; a nil
+// Option is ignored.
 type Option func(*options)
 
 type options struct {
-	prefix string
+	prefix   string
+	replicas int
+	timeout  time.Duration // WithReplicas' WAIT timeout
+	logger   *slog.Logger
 }
 
 // WithPrefix sets the prefix of every Redis key and of the notification
@@ -45,7 +58,30 @@ func WithPrefix(prefix string) Option {
 	return func(o *options) { o.prefix = prefix }
 }
 
-func (o *options) validate() error {
+// WithReplicas makes a claim, a completion and a lease extension count
+// only once n replicas have acknowledged them: each is pipelined with
+// WAIT n timeout on the connection that wrote it, at no round trip beyond
+// the replication itself. Release, Delete and reads do not wait. A write
+// that fewer replicas acknowledge within timeout fails with an error
+// wrapping ErrNotReplicated, although it happened on the primary; the
+// package documentation (Replication) says what the engine then does.
+//
+// n must be positive, and timeout at least 1 ms and below the client's
+// ReadTimeout (it is also cut to fit each call's deadline). The client
+// must be a *redis.Client (one server, or Sentinel) or a
+// *redis.ClusterClient, whose WAIT then goes to the key's master.
+// Default: off; replication is asynchronous.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(o *options) { o.replicas, o.timeout = n, timeout }
+}
+
+// WithLogger sets the logger New warns through about what it finds on
+// the servers (see New). Default: slog.Default(); nil means the default.
+func WithLogger(logger *slog.Logger) Option {
+	return func(o *options) { o.logger = logger }
+}
+
+func (o *options) validate(client redis.UniversalClient) error {
 	switch {
 	case o.prefix == "":
 		return fmt.Errorf("%w: WithPrefix: the prefix must not be empty", ErrInvalidOption)
@@ -53,6 +89,26 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: WithPrefix: the prefix is %d bytes, more than %d", ErrInvalidOption, len(o.prefix), maxPrefixLen)
 	case strings.ContainsAny(o.prefix, "{}"):
 		return fmt.Errorf("%w: WithPrefix: the prefix %q contains '{' or '}', which would change the hash tag Redis Cluster uses to place every record", ErrInvalidOption, o.prefix)
+	}
+	if o.replicas == 0 && o.timeout == 0 {
+		return nil
+	}
+	var readTimeout time.Duration
+	switch c := client.(type) {
+	case *redis.Client:
+		readTimeout = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		readTimeout = c.Options().ReadTimeout
+	default:
+		return fmt.Errorf("%w: WithReplicas: the client is a %T; WAIT must go to the connection that wrote, which the Store can only pick on a *redis.Client or a *redis.ClusterClient", ErrInvalidOption, client)
+	}
+	switch {
+	case o.replicas <= 0:
+		return fmt.Errorf("%w: WithReplicas: %d replicas; want at least 1", ErrInvalidOption, o.replicas)
+	case o.timeout < time.Millisecond:
+		return fmt.Errorf("%w: WithReplicas: timeout %v; want at least 1ms (WAIT with 0 would block for ever)", ErrInvalidOption, o.timeout)
+	case readTimeout > 0 && o.timeout >= readTimeout:
+		return fmt.Errorf("%w: WithReplicas: timeout %v is not below the client's ReadTimeout %v, which would cut the WAIT's reply off", ErrInvalidOption, o.timeout, readTimeout)
 	}
 	return nil
 }
@@ -70,6 +126,11 @@ type Store struct {
 	channel string
 	hub     *hub
 
+	// replicas and waitTimeout are WithReplicas' n and timeout; replicas
+	// is 0 when the option is off.
+	replicas    int
+	waitTimeout time.Duration
+
 	// scriptClaims makes Claim skip the SET NX GET fast path and always run
 	// the claim script; tests set it to check the script on its own.
 	scriptClaims bool
@@ -85,9 +146,17 @@ var (
 
 // New returns a Store that keeps its records through client: a
 // *redis.Client, a *redis.ClusterClient or a Sentinel-backed failover
-// client (redis.NewFailoverClient or redis.NewUniversalClient). New does
-// not contact Redis; the first call does. It returns an error wrapping
-// ErrInvalidOption when an option's value cannot be used.
+// client (redis.NewFailoverClient or redis.NewUniversalClient). It returns
+// an error wrapping ErrInvalidOption when an option's value cannot be
+// used.
+//
+// New asks every master (the one server, or each Cluster shard) for its
+// maxmemory and maxmemory-policy, waiting at most 2 s, and returns an
+// error wrapping ErrEvictionPolicy when Redis may evict the Store's
+// records. When Redis cannot be asked (unreachable, or CONFIG refused, as
+// managed services may), or an evicting policy is set without maxmemory,
+// New logs one warning and returns the Store; so it does when a master
+// has fewer replicas connected than WithReplicas asks for.
 //
 // A *redis.Ring works too, except that notifications only reach waiters
 // for records on the shard that holds the channel; the engine's polling
@@ -98,21 +167,29 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	o := options{prefix: DefaultPrefix}
 	for _, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		if opt != nil {
+			opt(&o)
 		}
-		opt(&o)
 	}
-	if err := o.validate(); err != nil {
+	if err := o.validate(client); err != nil {
 		return nil, err
 	}
 	if !honoursDeadlines(client) {
 		return nil, fmt.Errorf("%w: the client ignores context deadlines, so the engine's store timeout could not bound a call to a hung Redis (go-redis then waits its own read and dial timeouts, 3 to 5 seconds); set ContextTimeoutEnabled: true in the client's options", ErrInvalidOption)
 	}
+	logger := o.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if err := checkServers(client, logger, o.replicas); err != nil {
+		return nil, err
+	}
 	s := &Store{
-		client:  client,
-		prefix:  o.prefix,
-		channel: o.prefix + "notify",
+		client:      client,
+		prefix:      o.prefix,
+		channel:     o.prefix + "notify",
+		replicas:    o.replicas,
+		waitTimeout: o.timeout,
 	}
 	s.hub = newHub(client, s.channel)
 	return s, nil
@@ -155,7 +232,8 @@ func (s *Store) Channel() string { return s.channel }
 // own clock, so this is rare: clock skew, or a test's fake clock) does
 // Claim run the claim script, a second round trip, which decides again
 // atomically and takes the key over. Both paths store exactly the same
-// record.
+// record. Under WithReplicas each is pipelined with WAIT, and a claim
+// taken but not acknowledged returns an error wrapping ErrNotReplicated.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
 	rec, err := newClaimRecord(&c)
 	if err != nil {
@@ -170,7 +248,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 	if s.scriptClaims {
 		return s.claimByScript(ctx, k, now, rec, ttl)
 	}
-	v, err := s.client.SetArgs(ctx, k, rec, redis.SetArgs{Mode: "NX", TTL: time.Duration(ttl) * time.Millisecond, Get: true}).Result()
+	v, err := s.setNXGet(ctx, k, rec, time.Duration(ttl)*time.Millisecond)
 	if errors.Is(err, redis.Nil) {
 		return idem.ClaimResult{Acquired: true}, nil
 	}
@@ -187,10 +265,34 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 	return s.claimByScript(ctx, k, now, rec, ttl)
 }
 
+// setNXGet sends SET k rec NX PX ttl GET, and WAIT under WithReplicas. It
+// returns redis.Nil when the claim was taken (and acknowledged), and
+// otherwise the record that blocked it.
+func (s *Store) setNXGet(ctx context.Context, k, rec string, ttl time.Duration) (string, error) {
+	if s.replicas == 0 {
+		return s.client.SetArgs(ctx, k, rec, redis.SetArgs{Mode: "NX", TTL: ttl, Get: true}).Result()
+	}
+	v, acquired, err := s.setSynced(ctx, k, rec, ttl)
+	if acquired && err == nil {
+		return "", redis.Nil
+	}
+	return v, err
+}
+
 // claimByScript runs the claim script, which decides atomically whatever the
 // record's state. now is the claim's now in the record's time encoding.
 func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64) (idem.ClaimResult, error) {
-	r, err := claimScript.Run(ctx, s.client, []string{k}, now, rec, ttl).Result()
+	var r any
+	var err error
+	if s.replicas == 0 {
+		r, err = claimScript.Run(ctx, s.client, []string{k}, now, rec, ttl).Result()
+	} else {
+		var wait waitCmd
+		r, wait, err = s.runSynced(ctx, claimScript, k, now, rec, ttl)
+		if n, ok := r.(int64); ok && n == 1 && err == nil {
+			err = s.acked(wait)
+		}
+	}
 	if err != nil {
 		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
@@ -210,21 +312,44 @@ func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64
 }
 
 // Complete implements idem.Store with one script call, which also notifies
-// waiters.
+// waiters. Under WithReplicas it is pipelined with WAIT; a completion not
+// acknowledged returns an error wrapping ErrNotReplicated, and so does a
+// later call for a record completed already until its WAIT is answered.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
 	ts, err := formatTimes(now, expiresAt)
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
 	k, id := recordKey(s.prefix, scope, key)
-	n, err := completeScript.Run(ctx, s.client, []string{k},
-		token, ts[0], ts[1], ttlMillis(now, expiresAt),
-		encodeResponseHead(&resp), resp.Body, s.channel, id,
-	).Int64()
-	if err != nil {
-		return fmt.Errorf("redisstore: complete: %w", err)
+	args := []any{token, ts[0], ts[1], ttlMillis(now, expiresAt),
+		encodeResponseHead(&resp), resp.Body, s.channel, id}
+	return s.held(ctx, "complete", completeScript, k, args)
+}
+
+// held runs a script that acts on a held claim (complete, extend), whose
+// reply is 1 when it acted and 0 when the claim is lost; under
+// WithReplicas it passes "1" as the script's last argument and waits for
+// the replicas (see scriptSynced).
+func (s *Store) held(ctx context.Context, op string, script *redis.Script, k string, args []any) error {
+	if s.replicas == 0 {
+		n, err := script.Run(ctx, s.client, []string{k}, args...).Int64()
+		if err != nil {
+			return fmt.Errorf("redisstore: %s: %w", op, err)
+		}
+		if n != 1 {
+			return idem.ErrLeaseLost
+		}
+		return nil
 	}
-	if n != 1 {
+	r, wait, err := s.runSynced(ctx, script, k, append(args, "1")...)
+	if err != nil {
+		return fmt.Errorf("redisstore: %s: %w", op, err)
+	}
+	ok, err := s.scriptSynced(r, wait)
+	if err != nil {
+		return fmt.Errorf("redisstore: %s: %w", op, err)
+	}
+	if !ok {
 		return idem.ErrLeaseLost
 	}
 	return nil
@@ -244,22 +369,15 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	return nil
 }
 
-// Extend implements idem.Extender with one script call.
+// Extend implements idem.Extender with one script call. Under
+// WithReplicas it is pipelined with WAIT, as Complete is.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
 	ts, err := formatTimes(now, leaseEnd)
 	if err != nil {
 		return fmt.Errorf("redisstore: extend: %w", err)
 	}
-	n, err := extendScript.Run(ctx, s.client, []string{s.Key(scope, key)},
-		token, ts[0], ts[1], ttlMillis(now, leaseEnd),
-	).Int64()
-	if err != nil {
-		return fmt.Errorf("redisstore: extend: %w", err)
-	}
-	if n != 1 {
-		return idem.ErrLeaseLost
-	}
-	return nil
+	args := []any{token, ts[0], ts[1], ttlMillis(now, leaseEnd)}
+	return s.held(ctx, "extend", extendScript, s.Key(scope, key), args)
 }
 
 // Get implements idem.Getter with one GET.

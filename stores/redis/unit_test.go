@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"reflect"
@@ -18,6 +19,19 @@ import (
 
 // These tests need no server.
 
+// quiet drops New's warning that it could not check the eviction policy
+// of a server that is not there.
+var quiet = WithLogger(slog.New(slog.DiscardHandler))
+
+// offlineClient returns a client of a server that is not there, which
+// fails at once: one dial, no retries.
+func offlineClient(t *testing.T) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 func TestNew(t *testing.T) {
 	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer plain.Close()
@@ -30,10 +44,9 @@ func TestNew(t *testing.T) {
 		t.Errorf("a cluster client that ignores context deadlines: %v", err)
 	}
 
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
-	defer client.Close()
+	client := offlineClient(t)
 
-	s, err := New(client)
+	s, err := New(client, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,19 +57,28 @@ func TestNew(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	defer ring.Close()
+	short := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: 200 * time.Millisecond})
+	defer short.Close()
 	for _, tc := range []struct {
-		name string
-		opts []Option
-		want string
+		name   string
+		client redis.UniversalClient
+		opts   []Option
+		want   string
 	}{
-		{"EmptyPrefix", []Option{WithPrefix("")}, "must not be empty"},
-		{"OpenBrace", []Option{WithPrefix("app{1:")}, "'{' or '}'"},
-		{"CloseBrace", []Option{WithPrefix("app}:")}, "'{' or '}'"},
-		{"LongPrefix", []Option{WithPrefix(strings.Repeat("p", 257))}, "more than 256"},
-		{"NilOption", []Option{nil}, "nil Option"},
+		{"EmptyPrefix", client, []Option{WithPrefix("")}, "must not be empty"},
+		{"OpenBrace", client, []Option{WithPrefix("app{1:")}, "'{' or '}'"},
+		{"CloseBrace", client, []Option{WithPrefix("app}:")}, "'{' or '}'"},
+		{"LongPrefix", client, []Option{WithPrefix(strings.Repeat("p", 257))}, "more than 256"},
+		{"NoReplicas", client, []Option{WithReplicas(0, time.Second)}, "want at least 1"},
+		{"NegativeReplicas", client, []Option{WithReplicas(-1, time.Second)}, "want at least 1"},
+		{"NoWaitTimeout", client, []Option{WithReplicas(1, 0)}, "at least 1ms"},
+		{"WaitOverReadTimeout", short, []Option{WithReplicas(1, 200*time.Millisecond)}, "ReadTimeout"},
+		{"ReplicasOnRing", ring, []Option{WithReplicas(1, time.Second)}, "*redis.Ring"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(client, tc.opts...)
+			_, err := New(tc.client, append(tc.opts, quiet)...)
 			if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("New = %v, want ErrInvalidOption mentioning %q", err, tc.want)
 			}
@@ -65,12 +87,16 @@ func TestNew(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Fatal("New(nil) succeeded")
 	}
-	s, err = New(client, WithPrefix("orders:"))
+	// Nil options are ignored; the last value of an option wins.
+	s, err = New(client, nil, WithPrefix("x:"), nil, WithPrefix("orders:"), WithReplicas(2, 100*time.Millisecond), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if k := s.Key("scope", "key"); !strings.HasPrefix(k, "orders:{") {
 		t.Errorf("key %q does not start with the prefix", k)
+	}
+	if s.replicas != 2 || s.waitTimeout != 100*time.Millisecond {
+		t.Errorf("WithReplicas: %d replicas, timeout %v", s.replicas, s.waitTimeout)
 	}
 }
 
@@ -170,9 +196,7 @@ func TestTimeRange(t *testing.T) {
 		}
 	}
 	// The store refuses such times before it touches Redis.
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1})
-	defer client.Close()
-	s, err := New(client)
+	s, err := New(offlineClient(t), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
