@@ -105,12 +105,17 @@ const (
 //	op := idem.Op{Kind: "nats", Name: "orders", Key: msgID, Fingerprint: idem.Fingerprint("nats", "orders", data)}
 //	receipt, replayed, err := engine.Do(ctx, op, func(ctx context.Context) ([]byte, error) { return charge(ctx, data) })
 func (e *Engine) Do(ctx context.Context, op Op, fn func(context.Context) ([]byte, error)) (value []byte, replayed bool, err error) {
-	if err := checkKey(op.Key); err != nil {
-		return nil, false, err
-	}
 	f := &flight{e: e, ctx: ctx, start: time.Now()}
 	f.ev.Method, f.ev.Route, f.ev.key = op.Kind, op.Name, op.Key
 	defer f.end()
+	if op.Key == "" {
+		f.ev.Outcome = OutcomeMissingKey
+		return nil, false, ErrMissingKey
+	}
+	if err := checkKey(op.Key); err != nil {
+		f.ev.Outcome = OutcomeInvalidKey
+		return nil, false, err
+	}
 	f.scope = Scope(op.Namespace, op.Kind, op.Name)
 	f.key, f.fp, f.token = op.Key, op.Fingerprint, newToken()
 	f.retention = e.cfg.retention
@@ -186,6 +191,24 @@ func checkKey(k string) error {
 			return fmt.Errorf("%w: byte 0x%02x at position %d is not printable ASCII; hash keys that are not", ErrInvalidKey, k[i], i+1)
 		}
 	}
+	return nil
+}
+
+// Report tells the engine's observer of a call a transport answered
+// without Do, so that every transport's events count alike: a call that
+// ran unprotected because its key is optional and absent or its method is
+// skipped (OutcomeSkipped), or one refused for a missing or malformed key
+// (OutcomeMissingKey, OutcomeInvalidKey). Nothing is stored. Any other
+// outcome is an error.
+//
+//	engine.Report(ctx, idem.Op{Kind: "grpc", Name: method}, idem.OutcomeSkipped)
+func (e *Engine) Report(ctx context.Context, op Op, o Outcome) error {
+	switch o {
+	case OutcomeSkipped, OutcomeMissingKey, OutcomeInvalidKey:
+	default:
+		return fmt.Errorf("idem: Report takes the skipped, missing_key or invalid_key outcome, not %q", o)
+	}
+	e.cfg.observer(ctx, Event{Outcome: o, Method: op.Kind, Route: op.Name, key: op.Key})
 	return nil
 }
 

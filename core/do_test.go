@@ -107,8 +107,14 @@ func TestDoErrors(t *testing.T) {
 		}
 	})
 	t.Run("invalid keys", func(t *testing.T) {
-		e, _ := newEngine(t, newTestStore())
-		for _, k := range []string{"", strings.Repeat("k", 256), "clé", "a\nb"} {
+		e, ev := newEngine(t, newTestStore())
+		if _, _, err := e.Do(t.Context(), op("", "a"), (&counter{}).fn); !errors.Is(err, ErrMissingKey) {
+			t.Errorf("no key: %v, want ErrMissingKey", err)
+		}
+		if got := ev.outcomes(); len(got) != 1 || got[0] != OutcomeMissingKey {
+			t.Errorf("no key: outcomes %v", got)
+		}
+		for _, k := range []string{strings.Repeat("k", 256), "clé", "a\nb"} {
 			if _, _, err := e.Do(t.Context(), op(k, "a"), (&counter{}).fn); !errors.Is(err, ErrInvalidKey) {
 				t.Errorf("key %q: %v, want ErrInvalidKey", k, err)
 			}
@@ -272,5 +278,21 @@ func TestDoJSON(t *testing.T) {
 	_, _, err := DoJSON(t.Context(), e, op("k2", "a"), func(context.Context) (func(), error) { return func() {}, nil })
 	if err == nil || !strings.Contains(err.Error(), "JSON") {
 		t.Errorf("an unencodable result: %v", err)
+	}
+}
+
+func TestReport(t *testing.T) {
+	e, ev := newEngine(t, newTestStore())
+	for _, o := range []Outcome{OutcomeSkipped, OutcomeMissingKey, OutcomeInvalidKey} {
+		if err := e.Report(t.Context(), Op{Kind: "grpc", Name: "/s/M", Key: "k"}, o); err != nil {
+			t.Errorf("Report(%s): %v", o, err)
+		}
+	}
+	if err := e.Report(t.Context(), Op{}, OutcomeExecuted); err == nil {
+		t.Error("Report(executed) accepted")
+	}
+	got := ev.outcomes()
+	if len(got) != 3 || got[0] != OutcomeSkipped || ev.evs[0].Method != "grpc" || ev.evs[0].Route != "/s/M" || ev.evs[0].KeyHash() == "" {
+		t.Errorf("events %+v", ev.evs)
 	}
 }

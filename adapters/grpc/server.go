@@ -116,16 +116,21 @@ func (r released) Error() string { return r.err.Error() }
 func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := info.FullMethod
 	p := s.policy(method)
+	named := idem.Op{Kind: Kind, Name: method} // for the events of calls Do does not run
 	if p.mode == skip {
+		_ = s.engine.Report(ctx, named, idem.OutcomeSkipped)
 		return handler(ctx, req)
 	}
 	key, err := s.key(ctx, method, req)
 	switch {
 	case err != nil:
+		_ = s.engine.Report(ctx, named, idem.OutcomeInvalidKey)
 		return nil, withInfo(codes.InvalidArgument, err.Error(), ReasonInvalidKey)
 	case key == "" && p.mode == optional:
+		_ = s.engine.Report(ctx, named, idem.OutcomeSkipped)
 		return handler(ctx, req)
 	case key == "":
+		_ = s.engine.Report(ctx, named, idem.OutcomeMissingKey)
 		return nil, s.missing
 	}
 	pm, ok := req.(proto.Message)

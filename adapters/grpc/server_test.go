@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -363,14 +364,35 @@ func TestMethodPolicies(t *testing.T) {
 		idemgrpc.ForMethod("/grpc.testing.TestService/*", idemgrpc.Skip()),
 		idemgrpc.ForMethod(unaryCall, idemgrpc.Required()),
 	}
-	c := testpb.NewTestServiceClient(dial(t, serve(t, newEngine(t, newMemoryStore(t)), svc, opts)))
+	var mu sync.Mutex
+	var outcomes []string
+	observe := idem.WithObserver(func(_ context.Context, ev idem.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes = append(outcomes, string(ev.Outcome)+" "+ev.Method+" "+ev.Route)
+	})
+	c := testpb.NewTestServiceClient(dial(t, serve(t, newEngine(t, newMemoryStore(t), observe), svc, opts)))
 	ctx := t.Context()
 	if _, _, _, err := call(ctx, c, request("x")); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("UnaryCall, required there, without a key: %v", err)
 	}
+	if _, _, _, err := call(metadata.AppendToOutgoingContext(ctx, "idempotency-key", "a b"), c, request("x")); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("UnaryCall with a bad key: %v", err)
+	}
 	// EmptyCall is skipped with its service: even a bad key passes.
 	if _, err := c.EmptyCall(metadata.AppendToOutgoingContext(ctx, "idempotency-key", "a b"), &testpb.Empty{}); err != nil {
 		t.Errorf("EmptyCall, skipped: %v", err)
+	}
+	// Calls Do never runs still reach the observer, as HTTP's do.
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{
+		"missing_key grpc " + unaryCall,
+		"invalid_key grpc " + unaryCall,
+		"skipped grpc /grpc.testing.TestService/EmptyCall",
+	}
+	if !slices.Equal(outcomes, want) {
+		t.Errorf("events %q, want %q", outcomes, want)
 	}
 }
 
