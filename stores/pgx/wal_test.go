@@ -14,10 +14,12 @@ type walMark struct {
 	records int64 // pg_stat_wal.wal_records, cluster-wide
 	lsn     int64 // pg_current_wal_insert_lsn(), bytes
 	nextXid int64 // the next transaction id to be assigned
+	syncs   int64 // pg_stat_wal.wal_sync: WAL flushes to disk
+	writes  int64 // pg_stat_wal.wal_write
 }
 
 func (a walMark) sub(b walMark) walMark {
-	return walMark{a.records - b.records, a.lsn - b.lsn, a.nextXid - b.nextXid}
+	return walMark{a.records - b.records, a.lsn - b.lsn, a.nextXid - b.nextXid, a.syncs - b.syncs, a.writes - b.writes}
 }
 
 // mark reads a walMark on the store's only connection. It first asks that
@@ -33,8 +35,9 @@ func mark(t *testing.T, p *pgxpool.Pool) walMark {
 	var m walMark
 	err := p.QueryRow(ctx, `SELECT wal_records,
 		pg_current_wal_insert_lsn() - '0/0'::pg_lsn,
-		pg_snapshot_xmax(pg_current_snapshot())::text::bigint
-		FROM pg_stat_wal`).Scan(&m.records, &m.lsn, &m.nextXid)
+		pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+		wal_sync, wal_write
+		FROM pg_stat_wal`).Scan(&m.records, &m.lsn, &m.nextXid, &m.syncs, &m.writes)
 	if err != nil {
 		t.Fatal(err)
 	}
