@@ -11,6 +11,7 @@ import (
 // else is ever interpolated.
 type queries struct {
 	claim          string
+	claimNoSync    string // claim, committed without waiting for its WAL flush
 	complete       string
 	completeNotify string
 	release        string
@@ -47,7 +48,9 @@ const recordCols = `fingerprint, state, status, headers, body, body_omitted, cre
 //     takeable row, and the caller runs the statement again.
 //
 // The final SELECT always returns one row: acquired, then found and the
-// record from cur.
+// record from cur. {{one}} is the one-row VALUES it selects from; for
+// exactly-once mode it also switches synchronous_commit off for this
+// statement's own transaction (see claimNoSyncValues).
 const claimSQL = `WITH cur AS (
     SELECT ` + recordCols + `
     FROM {{t}} WHERE scope = $1::bytea AND key = $2::text
@@ -70,7 +73,19 @@ const claimSQL = `WITH cur AS (
 SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
        cur.state IS NOT NULL, cur.fingerprint, cur.state, cur.status, cur.headers, cur.body,
        cur.body_omitted, cur.created_at, cur.lease_end, cur.expires_at
-FROM (VALUES (1)) AS one (x) LEFT JOIN cur ON true`
+FROM {{one}} AS one (x) LEFT JOIN cur ON true`
+
+// claimValues and claimNoSyncValues fill {{one}} in claimSQL. The second
+// calls set_config(..., true), which is SET LOCAL: it lasts until the end
+// of the statement's own (implicit) transaction, so that transaction's
+// commit does not wait for its WAL to reach disk, and nothing after it is
+// affected. The function is volatile, so it is evaluated, once, even
+// though nothing reads its result. A replay, a 409 or a 422 writes
+// nothing and has nothing to flush either way.
+const (
+	claimValues       = `(VALUES (1))`
+	claimNoSyncValues = `(VALUES (set_config('synchronous_commit', 'off', true)))`
+)
 
 // completeSQL: $1 scope, $2 key, $3 token, $4 status, $5 headers, $6 body,
 // $7 body omitted, $8 now, $9 expires at. The statements that change a row
@@ -122,7 +137,8 @@ func newQueries(table string) queries {
 	t := pgx.Identifier{table}.Sanitize()
 	f := func(s string) string { return strings.ReplaceAll(s, "{{t}}", t) }
 	return queries{
-		claim:          f(claimSQL),
+		claim:          f(strings.Replace(claimSQL, "{{one}}", claimValues, 1)),
+		claimNoSync:    f(strings.Replace(claimSQL, "{{one}}", claimNoSyncValues, 1)),
 		complete:       f(completeSQL),
 		completeNotify: f(notifyWrap(completeSQL, "$10::text, $11::text")),
 		release:        f(releaseSQL),

@@ -207,6 +207,11 @@ func (s *Store) Close() error {
 // the SQL and why it is race-safe and writes nothing unless it takes the
 // key).
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+	return s.claim(ctx, s.q.claim, c)
+}
+
+// claim runs the claim statement sql (claimSQL in one of its two forms).
+func (s *Store) claim(ctx context.Context, sql string, c idem.Claim) (idem.ClaimResult, error) {
 	now := floorMicro(c.Now)
 	leaseEnd := ceilMicro(c.LeaseEnd)
 	scope := []byte(c.Scope)
@@ -217,7 +222,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 			acquired, found bool
 			r               rawRecord
 		)
-		err := s.db.QueryRow(ctx, s.q.claim, scope, c.Key, fp, token, now, leaseEnd).Scan(
+		err := s.db.QueryRow(ctx, sql, scope, c.Key, fp, token, now, leaseEnd).Scan(
 			&acquired, &found, &r.fingerprint, &r.state, &r.status, &r.headers, &r.body,
 			&r.bodyOmitted, &r.createdAt, &r.leaseEnd, &r.expiresAt)
 		if serializationFailure(err) {
