@@ -24,7 +24,12 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     created_at   timestamptz NOT NULL,
     lease_end    timestamptz,           -- NULL once completed
     expires_at   timestamptz NOT NULL,
+    waiters      boolean     NOT NULL DEFAULT false,  -- a waiter wants a notification
     PRIMARY KEY (scope, key)
 );
+
+-- Tables created before the waiters column get it; a column with a constant
+-- default only changes the catalog.
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS waiters boolean NOT NULL DEFAULT false;
 
 CREATE INDEX IF NOT EXISTS {{index}} ON {{table}} (expires_at);

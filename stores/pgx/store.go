@@ -272,7 +272,7 @@ func (s *Store) complete(ctx context.Context, db DB, scope, key, token string, r
 	args := []any{[]byte(scope), key, []byte(token), resp.Status, header, resp.Body,
 		resp.BodyOmitted, floorMicro(now), ceilMicro(expiresAt)}
 	if s.cfg.notify {
-		return queryCount(ctx, db, s.q.completeNotify, append(args, s.channel, payload(scope, key))...)
+		return execCount(ctx, db, s.q.completeNotify, append(args, s.channel, payload(scope, key))...)
 	}
 	return execCount(ctx, db, s.q.complete, args...)
 }
@@ -285,7 +285,7 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	)
 	if s.cfg.notify {
 		n, err = retry(func() (int64, error) {
-			return queryCount(ctx, s.db, s.q.releaseNotify, []byte(scope), key, []byte(token), s.channel, payload(scope, key))
+			return execCount(ctx, s.db, s.q.releaseNotify, []byte(scope), key, []byte(token), s.channel, payload(scope, key))
 		})
 	} else {
 		n, err = retry(func() (int64, error) { return execCount(ctx, s.db, s.q.release, []byte(scope), key, []byte(token)) })
@@ -327,7 +327,7 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	)
 	if s.cfg.notify {
 		n, err = retry(func() (int64, error) {
-			return queryCount(ctx, s.db, s.q.deleteNotify, []byte(scope), key, s.channel, payload(scope, key))
+			return execCount(ctx, s.db, s.q.deleteNotify, []byte(scope), key, s.channel, payload(scope, key))
 		})
 	} else {
 		n, err = retry(func() (int64, error) { return execCount(ctx, s.db, s.q.delete, []byte(scope), key) })
@@ -419,13 +419,6 @@ func retry(f func() (int64, error)) (int64, error) {
 			return n, err
 		}
 	}
-}
-
-// queryCount runs a statement returning one count(*) row.
-func queryCount(ctx context.Context, db DB, sql string, args ...any) (int64, error) {
-	var n int64
-	err := db.QueryRow(ctx, sql, args...).Scan(&n)
-	return n, err
 }
 
 // execCount runs a statement and returns the rows its command tag reports.
