@@ -143,15 +143,19 @@ WHERE scope = $1::bytea AND key = $2::text AND state = 1 AND NOT waiters`
 const getSQL = `SELECT ` + recordCols + ` FROM {{t}}
 WHERE scope = $1::bytea AND key = $2::text AND expires_at > $3::timestamptz`
 
-// deleteExpiredSQL deletes at most $2 rows that have expired at $1. The
-// outer WHERE repeats the expiry test so a row a claim took over meanwhile
-// (re-checked after its lock) is left alone; SKIP LOCKED keeps the sweeper
-// from queueing behind a claim.
-const deleteExpiredSQL = `DELETE FROM {{t}}
-WHERE (scope, key) IN (
-    SELECT scope, key FROM {{t}} WHERE expires_at <= $1::timestamptz
-    LIMIT $2::integer FOR UPDATE SKIP LOCKED)
-  AND expires_at <= $1::timestamptz`
+// deleteExpiredSQL deletes the rows that have expired at $3 in the table's
+// pages $1 up to $2 (TIDs (page, 0)), and returns how many it deleted and
+// how many pages the table has; $4 is the quoted table name. PostgreSQL
+// reads just those pages (a TID range scan). A row a claim takes over
+// meanwhile is left alone: under READ COMMITTED the DELETE waits for the
+// claim's row lock, then re-checks expires_at against the new row version.
+// There is no index on expires_at: a completion that changed an indexed
+// column could not be a HOT update.
+const deleteExpiredSQL = `WITH gone AS (
+    DELETE FROM {{t}}
+    WHERE ctid >= $1::tid AND ctid < $2::tid AND expires_at <= $3::timestamptz
+    RETURNING 1)
+SELECT (SELECT count(*) FROM gone), pg_relation_size($4::text::regclass) / current_setting('block_size')::bigint`
 
 // extendSQL: $1 scope, $2 key, $3 token, $4 now, $5 new lease end.
 const extendSQL = `UPDATE {{t}} SET lease_end = $5::timestamptz, expires_at = $5::timestamptz

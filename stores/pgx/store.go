@@ -40,9 +40,13 @@ const maxClaimAttempts = 5
 // claimRetries counts Claim statements re-run after a lost race, for tests.
 var claimRetries atomic.Int64
 
-// sweepBatch is how many rows one DeleteExpired statement removes at most,
-// so a large backlog never becomes one long transaction.
-const sweepBatch = 1000
+// DefaultSweepInterval is how often the background sweeper runs unless
+// WithSweepInterval says otherwise; each run reads sweepPages pages.
+const DefaultSweepInterval = 10 * time.Second
+
+// sweepPages is how many of the table's pages (8 KiB each) one sweep
+// statement reads, so a large backlog never becomes one long transaction.
+const sweepPages = 1024
 
 // DB is what a Store runs its statements on. *pgxpool.Pool, *pgx.Conn and
 // pgx.Tx all satisfy it.
@@ -68,6 +72,7 @@ type Option func(*config)
 type config struct {
 	table         string
 	sweepInterval time.Duration
+	sweepSet      bool // WithSweepInterval was given
 	notify        bool
 	logger        *slog.Logger
 }
@@ -81,13 +86,16 @@ func WithTable(name string) Option {
 	return func(c *config) { c.table = name }
 }
 
-// WithSweepInterval starts a background sweeper that calls DeleteExpired
-// with the wall clock every d until Close. The default, 0, runs no sweeper:
-// call DeleteExpired or Sweep yourself, from a cron job or one instance,
-// or let expired rows be taken over by new claims. Expired records are
-// never replayed either way; sweeping only reclaims space.
+// WithSweepInterval sets how often the background sweeper runs until
+// Close; 0 runs none. The default is DefaultSweepInterval (10s) on a
+// *pgxpool.Pool, and no sweeper on a *pgx.Conn or pgx.Tx, which are not
+// safe for concurrent use. Each run deletes the expired records in the
+// next 1024 pages (8 MiB) of the table, going round it, so a record is
+// gone at most one full round after it expires (see "Expiry" in the
+// package doc). Expired records are never replayed either way; sweeping
+// only reclaims space.
 func WithSweepInterval(d time.Duration) Option {
-	return func(c *config) { c.sweepInterval = d }
+	return func(c *config) { c.sweepInterval, c.sweepSet = d, true }
 }
 
 // WithNotify turns notifications for the engine's wait mode on or off. It
@@ -117,7 +125,7 @@ func WithLogger(l *slog.Logger) Option {
 // Claim, Complete, Release, Get, Delete and Extend each run one statement,
 // which commits on its own (Claim runs its statement a second time only
 // after losing a race with a concurrent writer; DeleteExpired runs one per
-// batch of 1000 rows). No transaction or row lock is held while a
+// 1024 pages of the table). No transaction or row lock is held while a
 // handler runs. A replay, a 409 and a 422 read the row without locking or
 // writing it.
 type Store struct {
@@ -162,6 +170,13 @@ func New(db DB, opts ...Option) (*Store, error) {
 	}
 	if cfg.sweepInterval < 0 {
 		return nil, fmt.Errorf("pgxstore: negative sweep interval %v", cfg.sweepInterval)
+	}
+	if !cfg.sweepSet {
+		switch db.(type) {
+		case *pgx.Conn, pgx.Tx:
+		default:
+			cfg.sweepInterval = DefaultSweepInterval
+		}
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
@@ -338,22 +353,34 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	return n > 0, nil
 }
 
-// DeleteExpired implements idem.ExpiredDeleter. It deletes in batches of
-// at most 1000 rows, each its own statement, skipping rows a concurrent
-// claim holds locked, and returns how many rows it removed.
+// DeleteExpired implements idem.ExpiredDeleter. It reads the whole table,
+// 1024 pages per statement, and returns how many rows it removed.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
-	now = floorMicro(now)
 	total := 0
-	for {
-		n, err := retry(func() (int64, error) { return execCount(ctx, s.db, s.q.deleteExpired, now, sweepBatch) })
+	for page, pages := uint32(0), uint32(1); page < pages; page += sweepPages {
+		n, size, err := s.sweep(ctx, now, page)
 		total += int(n)
 		if err != nil {
 			return total, fmt.Errorf("pgxstore: delete expired: %w", err)
 		}
-		if n < sweepBatch {
-			return total, nil
+		pages = size
+	}
+	return total, nil
+}
+
+// sweep deletes the rows expired at now in the sweepPages pages from page
+// on, and returns how many it deleted and the table's size in pages.
+func (s *Store) sweep(ctx context.Context, now time.Time, page uint32) (deleted int64, pages uint32, err error) {
+	from := pgtype.TID{BlockNumber: page, Valid: true}
+	to := pgtype.TID{BlockNumber: uint32(min(uint64(page)+sweepPages, 1<<32-1)), Valid: true}
+	var size int64
+	for i := 1; ; i++ {
+		err = s.db.QueryRow(ctx, s.q.deleteExpired, from, to, floorMicro(now), pgx.Identifier{s.table}.Sanitize()).Scan(&deleted, &size)
+		if err == nil || i == maxClaimAttempts || !serializationFailure(err) {
+			break
 		}
 	}
+	return deleted, uint32(min(size, 1<<32-1)), err
 }
 
 // Extend implements idem.Extender in one statement.
@@ -370,16 +397,18 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 	return nil
 }
 
-// Sweep calls DeleteExpired with the wall clock every interval until ctx
-// is cancelled or the store is closed, logging errors and carrying on. It
-// returns ctx.Err() or ErrClosed. WithSweepInterval runs it in the
-// background; call it yourself to tie the sweeper to your own context.
+// Sweep deletes, every interval, the records expired at the wall clock in
+// the next 1024 pages of the table, going round it, until ctx is cancelled
+// or the store is closed, logging errors and carrying on. It returns
+// ctx.Err() or ErrClosed. The background sweeper (WithSweepInterval) is a
+// Sweep; call it yourself to tie one to your own context.
 func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
 	if interval <= 0 {
 		return fmt.Errorf("pgxstore: sweep interval %v is not positive", interval)
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var page uint32
 	for {
 		select {
 		case <-ctx.Done():
@@ -392,11 +421,17 @@ func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
 		// sweeps up; a backlog is finished by the next ones.
 		sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
 		stop := context.AfterFunc(s.ctx, cancel)
-		n, err := s.DeleteExpired(sctx, time.Now())
+		_, pages, err := s.sweep(sctx, time.Now(), page)
 		stop()
 		cancel()
-		if err != nil && ctx.Err() == nil && s.ctx.Err() == nil {
-			s.cfg.logger.Warn("pgxstore: sweep failed", "table", s.table, "deleted", n, "err", err)
+		if err != nil {
+			if ctx.Err() == nil && s.ctx.Err() == nil {
+				s.cfg.logger.Warn("pgxstore: sweep failed", "table", s.table, "page", page, "err", err)
+			}
+			continue
+		}
+		if page += sweepPages; page >= pages {
+			page = 0
 		}
 	}
 }
