@@ -18,8 +18,9 @@
 -- columns, so completing a record is a HOT update: the new row version goes
 -- on the same page, no index gets a new entry, and the WAL record holds only
 -- the columns that changed (those a completion never changes come first).
--- The fillfactor leaves half of each page free for that; see "Schema" in the
--- package documentation for responses larger than a few hundred bytes.
+-- The fillfactor keeps a tenth of each page for the completions of requests
+-- still in flight; see "Schema" in the package documentation for responses
+-- larger than a few hundred bytes.
 CREATE TABLE IF NOT EXISTS {{table}} (
     scope        bytea       NOT NULL,
     key          text        COLLATE "C" NOT NULL,
@@ -35,7 +36,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     body         bytea,                 -- set when completed; NULL for a nil body
     waiters      boolean     NOT NULL DEFAULT false,  -- a waiter wants a notification
     PRIMARY KEY (scope, key)
-) WITH (fillfactor = 50);
+) WITH (fillfactor = 90);
 
 -- upgrade from version 1 --
 -- Version 1 had no waiters column, a fillfactor of 100 and an index on
@@ -45,5 +46,5 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 -- lock the table for an instant; CreateSchema runs them only on a table of
 -- version 1.
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS waiters boolean NOT NULL DEFAULT false;
-ALTER TABLE {{table}} SET (fillfactor = 50);
+ALTER TABLE {{table}} SET (fillfactor = 90);
 DROP INDEX IF EXISTS {{index}};

@@ -67,7 +67,7 @@ func TestSchemaText(t *testing.T) {
 	for _, want := range []string{
 		`CREATE TABLE IF NOT EXISTS "idempotency_keys" (`,
 		`PRIMARY KEY (scope, key)`,
-		`) WITH (fillfactor = 50);`,
+		`) WITH (fillfactor = 90);`,
 		`ALTER TABLE "idempotency_keys" ADD COLUMN IF NOT EXISTS waiters boolean NOT NULL DEFAULT false;`,
 		`DROP INDEX IF EXISTS "idempotency_keys_expires_at_idx";`,
 		upgradeMarker,
@@ -213,7 +213,7 @@ func TestCreateSchemaUpgradesVersion1(t *testing.T) {
 		FROM pg_class WHERE oid = $2::text::regclass`, table, quoted(table)).Scan(&idx, &opts); err != nil {
 		t.Fatal(err)
 	}
-	if idx != 1 || !slices.Contains(opts, "fillfactor=50") {
+	if idx != 1 || !slices.Contains(opts, "fillfactor=90") {
 		t.Fatalf("after the upgrade: %d indexes (want only the primary key), options %v", idx, opts)
 	}
 
