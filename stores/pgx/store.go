@@ -99,14 +99,12 @@ func WithSweepInterval(d time.Duration) Option {
 }
 
 // WithNotify turns notifications for the engine's wait mode on or off. It
-// is on by default: Complete, Release and Delete call pg_notify in the same
-// statement, and Watch listens on one dedicated connection per Store.
-//
-// Turn it off when no engine uses wait mode and completions are frequent:
-// PostgreSQL serializes the commits of notifying transactions on a
-// database-wide lock, which caps the rate of completions on a busy server.
-// With notifications off, Watch returns a channel that never fires and the
-// engine falls back to polling.
+// is on by default: Watch listens on one dedicated connection per Store
+// and marks the record it waits for, and Complete, Release and Delete call
+// pg_notify in the same statement for a marked record only, so requests
+// nobody waits for cost nothing more (see "Notifications" in the package
+// doc). With notifications off, Watch returns a channel that never fires
+// and the engine falls back to polling.
 func WithNotify(enabled bool) Option {
 	return func(c *config) { c.notify = enabled }
 }
