@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,13 +23,6 @@ type cost struct {
 
 func (c cost) String() string {
 	return fmt.Sprintf("%.2f flushes, %.2f records, %.0f bytes, %.2f xids", c.flushes, c.records, c.bytes, c.xids)
-}
-
-// minCost keeps, for each counter, the least of a and b: other sessions on
-// a shared server can only add to the counters, so the least value seen
-// over a few repetitions is the closest to the truth.
-func minCost(a, b cost) cost {
-	return cost{min(a.flushes, b.flushes), min(a.records, b.records), min(a.bytes, b.bytes), min(a.xids, b.xids)}
 }
 
 // flushCounter tells how the server's counters show a WAL flush: as a
@@ -50,21 +44,22 @@ func flushCounter(t *testing.T, p *pgxpool.Pool) func(walMark) int64 {
 }
 
 // measure runs f n times on the one-connection pool p and returns the cost
-// of one run.
-func measure(t *testing.T, p *pgxpool.Pool, flushes func(walMark) int64, n int, f func(i int)) cost {
+// of one run, counted from the test's own backend, and whether no other
+// session wrote WAL meanwhile (see walMark.quiet): only then are the
+// counts the test's own.
+func measure(t *testing.T, p *pgxpool.Pool, flushes func(walMark) int64, n int, f func(i int)) (cost, bool) {
 	t.Helper()
 	m0 := mark(t, p)
 	for i := range n {
 		f(i)
 	}
 	d := mark(t, p).sub(m0)
-	// Each mark is one statement that writes nothing of its own.
 	return cost{
 		flushes: float64(flushes(d)) / float64(n),
 		records: float64(d.records) / float64(n),
-		bytes:   float64(d.lsn) / float64(n),
+		bytes:   float64(d.bytes) / float64(n),
 		xids:    float64(d.nextXid) / float64(n),
-	}
+	}, d.quiet()
 }
 
 // tableUpdates returns how many row updates a table has seen, and how many
@@ -92,10 +87,10 @@ func tableUpdates(t *testing.T, p *pgxpool.Pool, table string) (upd, hot int64) 
 //   - The completion is a HOT update, so a first request writes few bytes.
 //
 // The bare handler, which inserts the same business row in its own
-// transaction, is measured in the same loop; the exactly-once request must
-// cost little more than it. The server is shared and its counters are
-// cluster-wide: other sessions can only add to them, so the test repeats
-// the loop and keeps the least value of each counter.
+// transaction, is measured alongside. The server is shared (and go test
+// runs other packages against it at the same time) and pg_stat_wal is
+// cluster-wide, so each kind of request is measured over short windows
+// until one of them saw no other session's WAL (walMark.quiet).
 func TestWALPerRequest(t *testing.T) {
 	p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	s := newStore(t, p, WithNotify(false))
@@ -180,24 +175,56 @@ func TestWALPerRequest(t *testing.T) {
 		answers(i)
 	}
 
-	const n = 100
-	inf := cost{1e9, 1e9, 1e9, 1e9}
-	eo, base, pl, ans := inf, inf, inf, inf
+	// Measure each kind of request over short windows until each has had
+	// one in which no other session wrote WAL (the server is shared, and
+	// go test runs other packages at the same time).
+	const n = 20
+	phases := []struct {
+		name string
+		per  int // requests per run
+		run  func()
+	}{
+		{"exactly-once first", 1, func() { want(exactlyOnce(newKey(), "x"), http.StatusCreated) }},
+		{"bare handler", 1, func() { bare(newKey()) }},
+		{"plain first", 1, func() { want(plain(newKey(), "x"), http.StatusCreated) }},
+		{"replay, 409, 422", 3, func() { answers(0) }},
+	}
+	got := make([]cost, len(phases))
+	done := make([]bool, len(phases))
+	found := 0
 	upd0, hot0 := tableUpdates(t, p, s.Table())
 	completions := int64(0)
-	for attempt := range 10 {
-		eo = minCost(eo, measure(t, p, flushes, n, func(int) { want(exactlyOnce(newKey(), "x"), http.StatusCreated) }))
-		base = minCost(base, measure(t, p, flushes, n, func(int) { bare(newKey()) }))
-		pl = minCost(pl, measure(t, p, flushes, n, func(int) { want(plain(newKey(), "x"), http.StatusCreated) }))
-		completions += 2 * n
-		a3 := measure(t, p, flushes, n, answers)
-		ans = minCost(ans, cost{a3.flushes / 3, a3.records / 3, a3.bytes / 3, a3.xids / 3})
-		t.Logf("attempt %d (least so far, per request):\n  exactly-once first: %v\n  bare handler:       %v\n  plain first:        %v\n  replay, 409, 422:   %v",
-			attempt, eo, base, pl, ans)
-		if eo.flushes <= 1.1 && pl.flushes <= 2.1 && ans.flushes <= 0.02 && pl.bytes <= walBytesTarget && eo.bytes-base.bytes <= walBytesTarget {
-			break
+	windows, deadline := 0, time.Now().Add(quietBudget)
+	for found < len(phases) && time.Now().Before(deadline) {
+		for i, ph := range phases {
+			if done[i] {
+				continue
+			}
+			c, quiet := measure(t, p, flushes, n, func(int) { ph.run() })
+			windows++
+			if i == 0 || i == 2 {
+				completions += n
+			}
+			if quiet {
+				k := float64(ph.per)
+				got[i] = cost{c.flushes / k, c.records / k, c.bytes / k, c.xids / k}
+				done[i] = true
+				found++
+			}
 		}
 	}
+	for i, ph := range phases {
+		t.Logf("%-19s %v", ph.name+":", got[i])
+	}
+	t.Logf("%d windows of %d runs measured to find a quiet one for each", windows, n)
+	if found < len(phases) {
+		msg := fmt.Sprintf("other sessions wrote WAL in every window for %v: cannot tell this test's WAL from theirs", quietBudget)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	eo, base, pl, ans := got[0], got[1], got[2], got[3]
 	upd, hot := tableUpdates(t, p, s.Table())
 	upd, hot = upd-upd0, hot-hot0
 	t.Logf("completions: %d updates, %d HOT (%.0f%%)", upd, hot, 100*float64(hot)/float64(max(upd, 1)))
@@ -210,7 +237,8 @@ func TestWALPerRequest(t *testing.T) {
 	if pl.flushes < 1.9 || pl.flushes > 2.1 {
 		t.Errorf("a plain first request flushes WAL %.2f times, want 2", pl.flushes)
 	}
-	if ans.flushes > 0.02 || ans.xids > 0.02 || ans.records > 0.1 {
+	// (TestReplayWritesNothing checks transaction ids and row versions.)
+	if ans.flushes > 0.02 || ans.records > 0.05 || ans.bytes > 5 {
 		t.Errorf("a replay, 409 or 422 costs %v, want nothing", ans)
 	}
 	if pl.bytes > walBytesTarget {
@@ -223,6 +251,9 @@ func TestWALPerRequest(t *testing.T) {
 		t.Errorf("%d of %d updates were HOT, want 95%% or more", hot, upd)
 	}
 }
+
+// quietBudget bounds how long TestWALPerRequest looks for quiet windows.
+const quietBudget = 2 * time.Minute
 
 // walBytesTarget bounds the WAL bytes of a first request's store writes:
 // the claim's insert and the completion's HOT update with their commits.
