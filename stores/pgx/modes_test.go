@@ -24,7 +24,7 @@ func TestQueryExecModes(t *testing.T) {
 		pgx.QueryExecModeSimpleProtocol,
 	} {
 		t.Run(mode.String(), func(t *testing.T) {
-			p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 2; c.ConnConfig.DefaultQueryExecMode = mode })
+			p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 1; c.ConnConfig.DefaultQueryExecMode = mode })
 			s := newStore(t, p)
 			ctx := t.Context()
 			c := idem.Claim{Scope: "4:acme4:POST7:/o/{id}", Key: "k", Fingerprint: "\x00f\xff", Token: "t\x00", Now: t0, LeaseEnd: t0.Add(time.Minute)}
@@ -54,6 +54,12 @@ func TestQueryExecModes(t *testing.T) {
 			eo := s.ExactlyOnce()
 			if res, err := eo.Claim(ctx, c); err != nil || !res.Acquired {
 				t.Fatal(res, err)
+			}
+			// The claim turned synchronous_commit off for its own
+			// transaction only (the pool has one connection here).
+			var sc string
+			if err := p.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil || sc != "on" {
+				t.Fatalf("synchronous_commit after an exactly-once claim = %q, %v", sc, err)
 			}
 			tx, err := eo.BeginTx(ctx, c.Scope, c.Key, c.Token)
 			if err != nil {
