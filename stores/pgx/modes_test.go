@@ -163,8 +163,8 @@ func TestSweepCoversLargeTable(t *testing.T) {
 	const rows = 120000
 	fill := func(prefix string, now time.Time) {
 		t.Helper()
-		if _, err := s.db.Exec(ctx, `INSERT INTO `+quoted(s.table)+` (scope, key, fingerprint, token, state, created_at, lease_end, expires_at)
-			SELECT 's', $1::text || i, 'fp', 't', 1, $2::timestamptz, e, e
+		if _, err := s.db.Exec(ctx, `INSERT INTO `+quoted(s.table)+` (scope, key, fingerprint, token, state, created_at, lease_end, expires_at, body)
+			SELECT 's', $1::text || i, 'fp', 't', 1, $2::timestamptz, e, e, convert_to(repeat('x', 100), 'UTF8')
 			FROM generate_series(1, $4::integer) AS i,
 			LATERAL (SELECT CASE WHEN i % 3 = 0 THEN $2::timestamptz ELSE $3::timestamptz END AS e) AS x`,
 			prefix, now.Add(-time.Minute), now.Add(time.Hour), rows); err != nil {
