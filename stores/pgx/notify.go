@@ -74,7 +74,14 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 	// and the mark is made then.
 	if l.isUp() {
 		mctx, cancel := context.WithTimeout(ctx, markTimeout)
-		_, err := s.db.Exec(mctx, s.q.mark, []byte(scope), key)
+		var err error
+		// Tried again at once: after an outage the pool may hand out a
+		// connection that turns out dead, and drops it.
+		for range 3 {
+			if _, err = s.db.Exec(mctx, s.q.mark, []byte(scope), key); err == nil || mctx.Err() != nil {
+				break
+			}
+		}
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			s.cfg.logger.Debug("pgxstore: could not mark a record as waited for; the waiter polls", "table", s.table, "err", err)
