@@ -22,6 +22,7 @@ type queries struct {
 	deleteNotify   string
 	deleteExpired  string
 	extend         string
+	extendNoSync   string // extend, committed without waiting for its WAL flush
 }
 
 // recordCols are the columns every read returns, in scan order.
@@ -135,8 +136,7 @@ RETURNING CASE WHEN waiters THEN pg_notify(` + chanParam + `) END`
 // lock) returns waiters = true and notifies; if the claim ends first, the
 // mark finds no in-progress row and the waiter's next look at the record
 // (the engine always looks after Watch returns) sees the outcome.
-const markSQL = `UPDATE {{t}} SET waiters = true
-FROM (SELECT set_config('synchronous_commit', 'off', true)) AS nosync (x)
+const markSQL = `UPDATE {{t}} SET waiters = true` + noSyncFrom + `
 WHERE scope = $1::bytea AND key = $2::text AND state = 1 AND NOT waiters`
 
 // getSQL: $1 scope, $2 key, $3 now.
@@ -158,9 +158,14 @@ const deleteExpiredSQL = `WITH gone AS (
 SELECT (SELECT count(*) FROM gone), pg_relation_size($4::text::regclass) / current_setting('block_size')::bigint`
 
 // extendSQL: $1 scope, $2 key, $3 token, $4 now, $5 new lease end.
-const extendSQL = `UPDATE {{t}} SET lease_end = $5::timestamptz, expires_at = $5::timestamptz
+// {{nosync}} is empty, or for exactly-once mode the one-row subquery of
+// markSQL, so that the heartbeat's commit does not wait for its flush.
+const extendSQL = `UPDATE {{t}} SET lease_end = $5::timestamptz, expires_at = $5::timestamptz{{nosync}}
 WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1
   AND lease_end > $4::timestamptz`
+
+const noSyncFrom = `
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS nosync (x)`
 
 func newQueries(table string) queries {
 	t := pgx.Identifier{table}.Sanitize()
@@ -177,6 +182,7 @@ func newQueries(table string) queries {
 		delete:         f(deleteSQL),
 		deleteNotify:   f(notifying(deleteSQL, "$3::text, $4::text")),
 		deleteExpired:  f(deleteExpiredSQL),
-		extend:         f(extendSQL),
+		extend:         f(strings.Replace(extendSQL, "{{nosync}}", "", 1)),
+		extendNoSync:   f(strings.Replace(extendSQL, "{{nosync}}", noSyncFrom, 1)),
 	}
 }

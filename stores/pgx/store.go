@@ -383,8 +383,12 @@ func (s *Store) sweep(ctx context.Context, now time.Time, page uint32) (deleted 
 
 // Extend implements idem.Extender in one statement.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+	return s.extend(ctx, s.q.extend, scope, key, token, now, leaseEnd)
+}
+
+func (s *Store) extend(ctx context.Context, sql, scope, key, token string, now, leaseEnd time.Time) error {
 	n, err := retry(func() (int64, error) {
-		return execCount(ctx, s.db, s.q.extend, []byte(scope), key, []byte(token), floorMicro(now), ceilMicro(leaseEnd))
+		return execCount(ctx, s.db, sql, []byte(scope), key, []byte(token), floorMicro(now), ceilMicro(leaseEnd))
 	})
 	if err != nil {
 		return fmt.Errorf("pgxstore: extend: %w", err)

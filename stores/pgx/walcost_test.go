@@ -84,6 +84,8 @@ func tableUpdates(t *testing.T, p *pgxpool.Pool, table string) (upd, hot int64) 
 //     handler's writes and the record flushes both.
 //   - A plain first request flushes twice: the claim and the completion.
 //   - A replay, a 409 and a 422 write nothing and flush nothing.
+//   - A heartbeat (Extend) flushes once in plain mode, never in
+//     exactly-once mode.
 //   - The completion is a HOT update, so a first request writes few bytes.
 //
 // The bare handler, which inserts the same business row in its own
@@ -156,8 +158,15 @@ func TestWALPerRequest(t *testing.T) {
 
 	// A completed key to replay, and one in flight for the 409.
 	want(plain("done", "a"), http.StatusCreated)
-	if res, err := s.Claim(ctx, claimAt("busy", "b", "held", time.Now(), 24*time.Hour)); err != nil || !res.Acquired {
+	inFlight := claimAt("busy", "b", "held", time.Now(), 24*time.Hour)
+	if res, err := s.Claim(ctx, inFlight); err != nil || !res.Acquired {
 		t.Fatal(res, err)
+	}
+	extend := func(x idem.Extender) {
+		now := time.Now()
+		if err := x.Extend(ctx, inFlight.Scope, inFlight.Key, inFlight.Token, now, now.Add(24*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	answers := func(i int) {
 		want(plain("done", "a"), http.StatusCreated)                 // replay
@@ -188,6 +197,8 @@ func TestWALPerRequest(t *testing.T) {
 		{"bare handler", 1, func() { bare(newKey()) }},
 		{"plain first", 1, func() { want(plain(newKey(), "x"), http.StatusCreated) }},
 		{"replay, 409, 422", 3, func() { answers(0) }},
+		{"plain heartbeat", 1, func() { extend(s) }},
+		{"exactly-once heartbeat", 1, func() { extend(s.ExactlyOnce()) }},
 	}
 	got := make([]cost, len(phases))
 	done := make([]bool, len(phases))
@@ -214,7 +225,7 @@ func TestWALPerRequest(t *testing.T) {
 		}
 	}
 	for i, ph := range phases {
-		t.Logf("%-19s %v", ph.name+":", got[i])
+		t.Logf("%-23s %v", ph.name+":", got[i])
 	}
 	t.Logf("%d windows of %d runs measured to find a quiet one for each", windows, n)
 	if found < len(phases) {
@@ -224,7 +235,7 @@ func TestWALPerRequest(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	eo, base, pl, ans := got[0], got[1], got[2], got[3]
+	eo, base, pl, ans, beat, eoBeat := got[0], got[1], got[2], got[3], got[4], got[5]
 	upd, hot := tableUpdates(t, p, s.Table())
 	upd, hot = upd-upd0, hot-hot0
 	t.Logf("completions: %d updates, %d HOT (%.0f%%)", upd, hot, 100*float64(hot)/float64(max(upd, 1)))
@@ -240,6 +251,9 @@ func TestWALPerRequest(t *testing.T) {
 	// (TestReplayWritesNothing checks transaction ids and row versions.)
 	if ans.flushes > 0.02 || ans.records > 0.05 || ans.bytes > 5 {
 		t.Errorf("a replay, 409 or 422 costs %v, want nothing", ans)
+	}
+	if beat.flushes < 0.9 || beat.flushes > 1.1 || eoBeat.flushes > 0.1 {
+		t.Errorf("a heartbeat flushes WAL %.2f times in plain mode (want 1), %.2f in exactly-once mode (want 0)", beat.flushes, eoBeat.flushes)
 	}
 	if pl.bytes > walBytesTarget {
 		t.Errorf("a plain first request writes %.0f WAL bytes, want at most %d", pl.bytes, walBytesTarget)
