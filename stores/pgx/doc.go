@@ -158,6 +158,9 @@
 // an unflushed claim within about three wal_writer_delay (600 ms by
 // default) anyway. With synchronous replication the transaction's commit
 // waits for the standby to have all WAL up to it, the claim's included.
+// The heartbeat's lease extensions skip the flush for the same reason (a
+// crash that loses one ends the handler's transaction too); plain mode
+// keeps both durable, since there a handler may outlive a server crash.
 // What exactly-once mode does not cover, claim durable or not, is a side
 // effect outside the database (a call to a payment provider, a message
 // sent): after a crash before the commit, the retry runs the handler
