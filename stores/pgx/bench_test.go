@@ -1,7 +1,13 @@
 package pgxstore
 
 import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,4 +179,177 @@ func BenchmarkRatio(b *testing.B) {
 			b.ReportMetric(float64(tBare.Microseconds())/float64(b.N), "µs-bare/op")
 		})
 	}
+}
+
+// orderBench is one pool with a store and a business table, and three ways
+// to serve POST /orders: a bare handler that inserts the order in its own
+// transaction, the same handler behind an exactly-once engine (inserting
+// through the request's transaction), and a plain engine in front of a
+// handler that writes nothing.
+type orderBench struct {
+	bare, exactlyOnce, plain http.Handler
+}
+
+func newOrderBench(b *testing.B, opts ...Option) orderBench {
+	p := newPool(b, func(c *pgxpool.Config) { c.MaxConns = 2 })
+	s := newStore(b, p, opts...)
+	orders := randomTable()
+	b.Cleanup(func() { dropTable(b, orders) })
+	if _, err := p.Exec(b.Context(), `CREATE TABLE `+quoted(orders)+` (ref text PRIMARY KEY, amount integer NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	insert := `INSERT INTO ` + quoted(orders) + ` (ref, amount) VALUES ($1, $2)`
+	reply := func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(benchResp.Body)
+	}
+	engine := func(st idem.Store) func(http.Handler) http.Handler {
+		e, err := idem.New(st, idem.WithLogger(quietLog))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return e.Middleware()
+	}
+	var o orderBench
+	o.bare = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		tx, err := p.Begin(ctx)
+		if err == nil {
+			_, err = tx.Exec(ctx, insert, "bare-"+r.Header.Get("Idempotency-Key"), 4200)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		reply(w)
+	})
+	o.exactlyOnce = engine(s.ExactlyOnce())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := Tx(r.Context())
+		if _, err := tx.Exec(r.Context(), insert, "eo-"+r.Header.Get("Idempotency-Key"), 4200); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		reply(w)
+	}))
+	o.plain = engine(s)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reply(w) }))
+	return o
+}
+
+// post serves one POST /orders with key to h and fails unless it answers
+// 201.
+func post(b *testing.B, h http.Handler, key string) {
+	r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"amount":4200}`))
+	r.Header.Set("Idempotency-Key", key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusCreated {
+		b.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+}
+
+// BenchmarkHandlerRatio serves first requests (new keys) one at a time,
+// alternating in the same loop a bare handler that inserts an order in its
+// own transaction, the same handler behind an exactly-once engine, and a
+// plain engine in front of a handler that writes nothing, and reports
+// exactly-once/bare (target ≤ 1.3) and plain/bare, and what exactly-once
+// adds in µs: two statements (the claim, the completion) and no flush, so
+// the ratio falls as the server's WAL flush gets slower.
+func BenchmarkHandlerRatio(b *testing.B) {
+	o := newOrderBench(b)
+	var tBare, tOnce, tPlain time.Duration
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		key := benchKey(i)
+		t0 := time.Now()
+		post(b, o.bare, key)
+		t1 := time.Now()
+		post(b, o.exactlyOnce, key)
+		t2 := time.Now()
+		post(b, o.plain, "plain-"+key) // the engines share a table
+		t3 := time.Now()
+		tBare += t1.Sub(t0)
+		tOnce += t2.Sub(t1)
+		tPlain += t3.Sub(t2)
+	}
+	b.ReportMetric(float64(tOnce)/float64(tBare), "once/bare")
+	b.ReportMetric(float64(tPlain)/float64(tBare), "plain/bare")
+	b.ReportMetric(float64(tBare.Microseconds())/float64(b.N), "µs-bare/op")
+	b.ReportMetric(float64((tOnce-tBare).Microseconds())/float64(b.N), "µs-once-extra/op")
+}
+
+// benchKey returns a key shaped like the UUIDs clients send, distinct for
+// each i and in no useful order.
+func benchKey(i int) string {
+	h := uint64(i)*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019
+	const hexdigits = "0123456789abcdef"
+	var k [36]byte
+	for j := range k {
+		switch j {
+		case 8, 13, 18, 23:
+			k[j] = '-'
+			continue
+		}
+		k[j] = hexdigits[h>>60]
+		h = h<<4 | h>>60
+		h ^= h >> 29
+		h *= 0xbf58476d1ce4e5b9
+	}
+	return string(k[:])
+}
+
+// BenchmarkConcurrentNotify measures first requests (claim, complete) from
+// 16 goroutines with unique keys and nobody waiting, on a store with
+// notifications on (the default) and one with them off, alternating
+// bursts of each in the same loop so noise hits both alike. It reports
+// notify/nooff throughput as on/off (target ≥ 0.95).
+func BenchmarkConcurrentNotify(b *testing.B) {
+	const workers, burst = 16, 20
+	p := newPool(b, func(c *pgxpool.Config) { c.MaxConns = workers })
+	stores := []*Store{newStore(b, p), newStore(b, p, WithNotify(false))}
+	ctx := b.Context()
+	scope := idem.Scope("", "POST", "/orders")
+	var next atomic.Int64
+	run := func(s *Store) time.Duration {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for range burst {
+					key := benchKey(int(next.Add(1)))
+					now := time.Now()
+					res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
+					if err == nil && !res.Acquired {
+						err = errors.New("not acquired")
+					}
+					if err == nil {
+						err = s.Complete(ctx, scope, key, "tok", benchResp, now, now.Add(time.Hour))
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	var tOn, tOff time.Duration
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		// Alternate which goes first, so neither always follows the other.
+		if i%2 == 0 {
+			tOn += run(stores[0])
+			tOff += run(stores[1])
+		} else {
+			tOff += run(stores[1])
+			tOn += run(stores[0])
+		}
+	}
+	b.ReportMetric(float64(tOff)/float64(tOn), "on/off")
+	b.ReportMetric(float64(2*workers*burst*b.N)/(tOn+tOff).Seconds(), "req/s")
 }

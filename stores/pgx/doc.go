@@ -14,23 +14,55 @@
 // New accepts anything with pgx's Exec, Query, QueryRow and Begin: a
 // *pgxpool.Pool (what production code wants), a *pgx.Conn or a pgx.Tx
 // (see DB for what each gives up). Options: WithTable, WithSweepInterval,
-// WithNotify and WithLogger.
+// WithNotify and WithLogger. Needs PostgreSQL 14 or later (the sweeper
+// reads page ranges with TID range scans; earlier versions work, reading
+// the whole table per batch).
 //
 // # Schema
 //
-// One table, primary key (scope, key), an index on expires_at. Schema
+// One table with the primary key (scope, key) as its only index. Schema
 // returns the SQL for a table name, for Flyway, Atlas, goose or psql;
-// CreateSchema runs the same SQL under an advisory lock, so it is safe at
-// every start-up of every instance.
+// CreateSchema runs it under an advisory lock, so it is safe at every
+// start-up of every instance.
+//
+// A completion changes no indexed column, so it is a HOT update: the
+// completed row goes on the same page, the index gets no new entry, and
+// the WAL record leaves out the leading bytes the new version shares with
+// the old (the columns a completion never changes come first). That needs
+// room on the page, which the table's fillfactor of 90 keeps for the
+// requests in flight; a store whose responses run to kilobytes, or with
+// many slow requests at once, keeps more completions HOT with a lower one
+// (ALTER TABLE idempotency_keys SET (fillfactor = 70)).
+//
+// Measured with pg_waldump over 2,000 plain first requests (UUID keys, a
+// small JSON body): 6.0 WAL records and 715 bytes each, the claim's
+// insert, its index entry and commit, and the HOT completion and its
+// commit; schema version 1 wrote 9.2 records and 1,015 bytes (four index
+// entries).
+//
+// This is version 2 of the schema. Version 1 (before the waiters column)
+// had an index on expires_at, which made every completion a non-HOT update.
+// CreateSchema upgrades such a table in one short transaction (it adds the
+// waiters column, which only changes the catalog, sets the fillfactor for
+// pages filled from then on, and drops the index), and on an up-to-date
+// table it only reads the catalog, taking no lock on the table. Schema's
+// script carries the same idempotent statements: apply it as a new
+// migration, before this version serves traffic, since its statements name
+// the waiters column (CreateSchema at start-up does it by itself).
+// Instances of the previous version keep working on the upgraded table
+// while the new one rolls out (their completions always notify; their
+// waiters do not mark, so they poll).
 //
 // # Round trips and locks
 //
 // Claim, Complete, Release, Get, Delete and Extend are one statement each,
 // committed on its own: no transaction and no row lock is held while a
-// handler runs. A first request costs two statements (claim, complete); a
-// replay, a 409 and a 422 cost one claim, which reads the row and writes
-// nothing (no row lock, no transaction id, no WAL, no fsync), so retries of
-// a hot key never queue on its row.
+// handler runs. A first request costs two statements (claim, complete),
+// each a commit that waits for its WAL flush; in exactly-once mode the
+// claim, BEGIN, the handler's statements, the completion and COMMIT, with
+// one flush (see below). A replay, a 409 and a 422 cost one claim, which
+// reads the row and writes nothing (no row lock, no transaction id, no
+// WAL, no flush), so retries of a hot key never queue on its row.
 //
 // The claim is one statement with three data-modifying CTEs that share a
 // snapshot:
@@ -80,15 +112,26 @@
 // # Notifications
 //
 // For the engine's wait mode the store implements idem.Notifier with
-// LISTEN/NOTIFY. Complete, Release and Delete call pg_notify in the same
-// statement; one listener connection per Store (taken from the pool and
-// hijacked, so it does not count against MaxConns) fans notifications out
-// in-process. If it drops, waiters are woken to poll and it reconnects with
-// backoff; Watch never waits for it, and watches taken while it is down are
-// woken when it is back. It stops for good when the pool it came from is
-// closed. Notifying commits take a database-wide lock in PostgreSQL; turn
-// notifications off with WithNotify(false) if no engine uses wait mode and
-// the completion rate is high.
+// LISTEN/NOTIFY, paid for only when someone waits. Watch marks the
+// in-progress record (its waiters column; only the first waiter of a
+// claim writes, and the mark's commit does not wait for its flush), and
+// Complete, Release and Delete call pg_notify, in the same statement, only
+// for a marked record. This matters because a transaction that notifies
+// takes a database-wide lock from its commit until the commit is flushed:
+// if every completion notified, commits would queue one behind the other
+// and lose group commit (measured with 16 connections: 0.42 times the
+// throughput without notifications; with marks, the same within noise).
+// The mark and the completion serialize on the row lock, and the engine
+// looks at the record again after Watch returns, so no wake-up is lost:
+// see markSQL.
+//
+// One listener connection per Store (taken from the pool and hijacked, so
+// it does not count against MaxConns) fans notifications out in-process.
+// If it drops, waiters are woken to poll and it reconnects with backoff;
+// Watch never waits for it (it marks nothing while the listener is down,
+// and watches taken then are woken when it is back). It stops for good
+// when the pool it came from is closed. WithNotify(false) turns all of it
+// off; the engine then polls.
 //
 // # Exactly-once mode
 //
@@ -104,6 +147,25 @@
 // or when its body outgrows the engine's response cap. The handler's
 // statements on the transaction after that point fail.
 //
+// A first request flushes WAL once, not twice: the claim commits without
+// waiting for its flush (synchronous_commit off for that statement alone),
+// and the transaction's durable commit flushes the claim with it, since
+// WAL is written and flushed in order. The claim's own flush would buy
+// nothing. If the server crashes before the transaction commits, the
+// handler's writes are lost with it, and a lost claim only lets the retry
+// run again at once, which is right (with a durable claim the retry would
+// wait for the lease, then run again all the same); the WAL writer flushes
+// an unflushed claim within about three wal_writer_delay (600 ms by
+// default) anyway. With synchronous replication the transaction's commit
+// waits for the standby to have all WAL up to it, the claim's included.
+// The heartbeat's lease extensions skip the flush for the same reason (a
+// crash that loses one ends the handler's transaction too); plain mode
+// keeps both durable, since there a handler may outlive a server crash.
+// What exactly-once mode does not cover, claim durable or not, is a side
+// effect outside the database (a call to a payment provider, a message
+// sent): after a crash before the commit, the retry runs the handler
+// again and repeats it.
+//
 // If COMMIT fails, the handler's writes and the record either both
 // committed or neither did; a connection lost during COMMIT leaves which
 // one unknown. The engine answers 500 and releases the key. Release is
@@ -114,7 +176,15 @@
 // # Expiry
 //
 // Expired records are never replayed, and a claim takes an expired row
-// over in place. To reclaim space, call DeleteExpired (batched, skips rows
-// a claim holds), run Sweep, or start a background sweeper with
-// WithSweepInterval.
+// over in place. To reclaim space, a background sweeper runs by default
+// every 10 seconds on a pool (WithSweepInterval changes it, 0 turns it
+// off), so a table of keys that are never retried does not grow forever.
+// There is no index on expires_at (it would make completions non-HOT):
+// each run deletes the expired rows in the next 1024 pages (8 MiB) of the
+// table, one statement that reads just those pages, and goes round the
+// table, so a record is deleted at most one round after it expires. A
+// table of 10 million small records is about 435,000 pages (3.4 GB): a
+// round of some 70 minutes, reading 0.8 MB/s. Each instance runs its own
+// sweeper; with many, turn it off on all but a few. DeleteExpired reads the
+// whole table at once, and Sweep runs a sweeper on your own context.
 package pgxstore

@@ -78,14 +78,15 @@ func randomTable() string {
 }
 
 // newStore returns a store on pool (a new pool when nil) in a fresh table
-// that is dropped at cleanup.
+// that is dropped at cleanup. Its background sweeper is off unless opts
+// turn it on, so tests see the rows they wrote.
 func newStore(tb testing.TB, pool *pgxpool.Pool, opts ...Option) *Store {
 	tb.Helper()
 	if pool == nil {
 		pool = newPool(tb)
 	}
 	table := randomTable()
-	s, err := New(pool, append([]Option{WithTable(table)}, opts...)...)
+	s, err := New(pool, append([]Option{WithTable(table), WithSweepInterval(0)}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestQueryExecModes(t *testing.T) {
 		pgx.QueryExecModeSimpleProtocol,
 	} {
 		t.Run(mode.String(), func(t *testing.T) {
-			p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 2; c.ConnConfig.DefaultQueryExecMode = mode })
+			p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 1; c.ConnConfig.DefaultQueryExecMode = mode })
 			s := newStore(t, p)
 			ctx := t.Context()
 			c := idem.Claim{Scope: "4:acme4:POST7:/o/{id}", Key: "k", Fingerprint: "\x00f\xff", Token: "t\x00", Now: t0, LeaseEnd: t0.Add(time.Minute)}
@@ -54,6 +54,12 @@ func TestQueryExecModes(t *testing.T) {
 			eo := s.ExactlyOnce()
 			if res, err := eo.Claim(ctx, c); err != nil || !res.Acquired {
 				t.Fatal(res, err)
+			}
+			// The claim turned synchronous_commit off for its own
+			// transaction only (the pool has one connection here).
+			var sc string
+			if err := p.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil || sc != "on" {
+				t.Fatalf("synchronous_commit after an exactly-once claim = %q, %v", sc, err)
 			}
 			tx, err := eo.BeginTx(ctx, c.Scope, c.Key, c.Token)
 			if err != nil {
@@ -112,5 +118,101 @@ func TestSweeper(t *testing.T) {
 	s2.Close()
 	if err := s2.Sweep(ctx, 10*time.Millisecond); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Sweep after Close = %v", err)
+	}
+}
+
+// The sweeper is on by default on a pool, and off on a connection (not
+// safe for concurrent use) and with WithSweepInterval(0).
+func TestSweeperDefault(t *testing.T) {
+	p := newPool(t)
+	c, err := pgx.Connect(t.Context(), testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	for _, tc := range []struct {
+		name string
+		db   DB
+		opts []Option
+		want time.Duration
+	}{
+		{"pool", p, nil, DefaultSweepInterval},
+		{"pool, off", p, []Option{WithSweepInterval(0)}, 0},
+		{"pool, 1m", p, []Option{WithSweepInterval(time.Minute)}, time.Minute},
+		{"conn", c, nil, 0},
+		{"conn, 1m", c, []Option{WithSweepInterval(time.Minute)}, time.Minute},
+	} {
+		s, err := New(tc.db, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.cfg.sweepInterval != tc.want {
+			t.Errorf("%s: sweep interval %v, want %v", tc.name, s.cfg.sweepInterval, tc.want)
+		}
+		s.Close()
+	}
+}
+
+// DeleteExpired reads the whole table, however many pages it has, and
+// the sweeper goes round it, page range by page range, until no expired
+// row is left; live rows stay.
+func TestSweepCoversLargeTable(t *testing.T) {
+	s := newStore(t, nil, WithLogger(quietLog))
+	ctx := t.Context()
+	// Every third row expired at now; the others live for an hour.
+	const rows = 120000
+	fill := func(prefix string, now time.Time) {
+		t.Helper()
+		if _, err := s.db.Exec(ctx, `INSERT INTO `+quoted(s.table)+` (scope, key, fingerprint, token, state, created_at, lease_end, expires_at, body)
+			SELECT 's', $1::text || i, 'fp', 't', 1, $2::timestamptz, e, e, convert_to(repeat('x', 100), 'UTF8')
+			FROM generate_series(1, $4::integer) AS i,
+			LATERAL (SELECT CASE WHEN i % 3 = 0 THEN $2::timestamptz ELSE $3::timestamptz END AS e) AS x`,
+			prefix, now.Add(-time.Minute), now.Add(time.Hour), rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(now time.Time) (all, expired int) {
+		t.Helper()
+		if err := s.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE expires_at <= $1) FROM `+quoted(s.table), now).Scan(&all, &expired); err != nil {
+			t.Fatal(err)
+		}
+		return all, expired
+	}
+	fill("a", t0)
+	var pages int
+	if err := s.db.QueryRow(ctx, `SELECT pg_relation_size($1::text::regclass) / 8192`, quoted(s.table)).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if pages <= 2*sweepPages {
+		t.Fatalf("only %d pages: the test needs more than two sweep ranges", pages)
+	}
+	n, err := s.DeleteExpired(ctx, t0)
+	if all, expired := count(t0); err != nil || n != rows/3 || all != 2*rows/3 || expired != 0 {
+		t.Fatalf("DeleteExpired = %d, %v; %d rows left, %d expired", n, err, all, expired)
+	}
+
+	// The sweeper, on the wall clock: rows that expired long ago.
+	now := time.Now()
+	fill("b", now)
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- s.Sweep(sctx, time.Millisecond) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		all, expired := count(now)
+		if expired == 0 {
+			if all != 4*rows/3 {
+				t.Errorf("%d rows left, want the %d live ones", all, 4*rows/3)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d expired rows left after 20s", expired)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sweep = %v", err)
 	}
 }

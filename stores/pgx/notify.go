@@ -23,6 +23,9 @@ var (
 	// which doubles after each failure and is jittered.
 	listenerBackoff    = 100 * time.Millisecond
 	listenerMaxBackoff = 10 * time.Second
+	// markTimeout bounds the statement with which Watch marks a record as
+	// waited for.
+	markTimeout = time.Second
 )
 
 // Watch implements idem.Notifier.
@@ -31,9 +34,13 @@ var (
 // a *pgxpool.Pool with Acquire and Hijack (so it no longer counts against
 // the pool's MaxConns) or dialled with a *pgx.Conn's config, that runs
 // LISTEN on the store's channel and fans notifications out to every
-// watcher in the process. Complete, Release and Delete notify in the same
-// statement that changes the row, and PostgreSQL delivers the notification
-// when that statement commits.
+// watcher in the process. Watch then marks the record as waited for (one
+// statement, only for a record in progress, only the first time, bounded
+// by ctx and a second); Complete, Release and Delete notify, in the same
+// statement that changes the row, only for a marked record, and PostgreSQL
+// delivers the notification when that statement commits. See markSQL for
+// why no wake-up is lost; a failed mark only costs one, and the engine
+// polls as well.
 //
 // When the listener's connection breaks, every watcher is woken (so the
 // engine polls) and the listener reconnects with jittered exponential
@@ -62,6 +69,24 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 	w := &watcher{ch: make(chan struct{})}
 	p := payload(scope, key)
 	l.add(p, w)
+	// While the listener is down the watch is woken when it is back up
+	// (notifications may have been missed); the engine then watches again
+	// and the mark is made then.
+	if l.isUp() {
+		mctx, cancel := context.WithTimeout(ctx, markTimeout)
+		var err error
+		// Tried again at once: after an outage the pool may hand out a
+		// connection that turns out dead, and drops it.
+		for range 3 {
+			if _, err = s.db.Exec(mctx, s.q.mark, []byte(scope), key); err == nil || mctx.Err() != nil {
+				break
+			}
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.cfg.logger.Debug("pgxstore: could not mark a record as waited for; the waiter polls", "table", s.table, "err", err)
+		}
+	}
 	return w.ch, func() { l.remove(p, w) }, nil
 }
 

@@ -3,6 +3,7 @@ package pgxstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -351,4 +352,122 @@ func TestListenerStopsWhenPoolClosed(t *testing.T) {
 	if d := time.Since(start); d > 100*time.Millisecond || fired(ch, 50*time.Millisecond) {
 		t.Fatalf("Watch after the listener stopped: %v", d)
 	}
+}
+
+// A completion, release or delete nobody waits for sends no notification
+// (so its commit takes no database-wide lock); one whose record a waiter
+// marked sends exactly one. A raw LISTEN on the store's channel sees what
+// is sent.
+func TestNotifyOnlyWhenWaited(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	scope := claimAt("", "", "", t0, 0).Scope
+	raw, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close(context.Background())
+	if _, err := raw.Exec(ctx, "LISTEN "+quoted(s.channel)); err != nil {
+		t.Fatal(err)
+	}
+	received := func() int {
+		n := 0
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			_, err := raw.WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				return n
+			}
+			n++
+		}
+	}
+	marked := func(key string) bool {
+		var w bool
+		if err := s.db.QueryRow(ctx, `SELECT waiters FROM `+quoted(s.table)+` WHERE scope = $1 AND key = $2`, []byte(scope), key).Scan(&w); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	listening(t, s)
+	ends := map[string]func(key string) error{
+		"complete": func(key string) error {
+			return s.Complete(ctx, scope, key, "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour))
+		},
+		"release": func(key string) error { return s.Release(ctx, scope, key, "t") },
+		"delete":  func(key string) error { _, err := s.Delete(ctx, scope, key); return err },
+	}
+	for name, end := range ends {
+		for _, waited := range []bool{false, true} {
+			key := fmt.Sprint(name, waited)
+			if res, err := s.Claim(ctx, claimAt(key, "fp", "t", t0, time.Minute)); err != nil || !res.Acquired {
+				t.Fatal(res, err)
+			}
+			if waited {
+				for range 3 { // only the first watch writes the mark
+					_, stop, err := s.Watch(ctx, scope, key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer stop()
+				}
+			}
+			if marked(key) != waited {
+				t.Fatalf("%s: marked = %v, want %v", key, !waited, waited)
+			}
+			if err := end(key); err != nil {
+				t.Fatal(err)
+			}
+			want := map[bool]int{false: 0, true: 1}[waited]
+			if got := received(); got != want {
+				t.Errorf("%s: %d notifications, want %d", key, got, want)
+			}
+		}
+	}
+}
+
+// The engine watches, then looks at the record, then waits. Racing that
+// with the completion, over and over, the waiter either sees the
+// completed record when it looks or is woken: no wake-up is lost between
+// the mark and the completion, whichever commits first.
+func TestWatchMarkRace(t *testing.T) {
+	p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 4 })
+	s := newStore(t, p)
+	ctx := t.Context()
+	scope := claimAt("", "", "", t0, 0).Scope
+	listening(t, s)
+	var sawDone, woken int
+	for i := range 200 {
+		key := fmt.Sprint("race", i)
+		if res, err := s.Claim(ctx, claimAt(key, "fp", "t", t0, time.Minute)); err != nil || !res.Acquired {
+			t.Fatal(res, err)
+		}
+		start := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			<-start
+			done <- s.Complete(ctx, scope, key, "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour))
+		}()
+		close(start)
+		ch, stop, err := s.Watch(ctx, scope, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, ok, err := s.Get(ctx, scope, key, t0)
+		if err != nil || !ok {
+			t.Fatal(rec, ok, err)
+		}
+		if rec.State == idem.StateCompleted {
+			sawDone++
+		} else if fired(ch, 5*time.Second) {
+			woken++
+		} else {
+			t.Fatalf("round %d: the record was in progress when looked at, and the waiter was never woken", i)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("200 rounds: completion seen on the look %d times, waiter woken %d times", sawDone, woken)
 }

@@ -49,15 +49,18 @@ func derivedName(table, suffix string) string {
 	return table[:63-len(suffix)-len(h)] + h + suffix
 }
 
-func indexName(table string) string   { return derivedName(table, "_expires_at_idx") }
+// v1IndexName is the expiry index of schema version 1, which version 2
+// drops.
+func v1IndexName(table string) string { return derivedName(table, "_expires_at_idx") }
 func channelName(table string) string { return derivedName(table, "_idem") }
 
-// Schema returns the SQL that creates the store's table and its expiry
-// index for the given table name (DefaultTable when empty), with every
-// identifier quoted. It is what CreateSchema runs, for projects that manage
-// their schema with Flyway, Atlas, goose or similar: every statement is
-// idempotent. The template is schema.sql in this module, where {{table}} and
-// {{index}} stand for the quoted table and index names.
+// Schema returns the SQL that creates the store's table for the given
+// table name (DefaultTable when empty), with every identifier quoted, and
+// upgrades a table of the store's previous schema version. It is what
+// CreateSchema runs, for projects that manage their schema with Flyway,
+// Atlas, goose or similar: every statement is idempotent. The template is
+// schema.sql in this module, where {{table}} and {{index}} stand for the
+// quoted table name and the previous version's index.
 //
 // Schema returns an error wrapping ErrInvalidTable when table does not match
 // ^[A-Za-z_][A-Za-z0-9_]{0,62}$. Names are case-sensitive once quoted:
@@ -71,22 +74,30 @@ func Schema(table string) (string, error) {
 	}
 	r := strings.NewReplacer(
 		"{{table}}", pgx.Identifier{table}.Sanitize(),
-		"{{index}}", pgx.Identifier{indexName(table)}.Sanitize(),
+		"{{index}}", pgx.Identifier{v1IndexName(table)}.Sanitize(),
 	)
 	return r.Replace(schemaTemplate), nil
 }
 
-// CreateSchema creates the store's table and index if they do not exist.
-// It runs Schema in one transaction under a transaction-scoped advisory
-// lock derived from the table name, so running it twice, or from several
-// processes at once, is safe: concurrent CREATE TABLE IF NOT EXISTS can
-// otherwise fail with a unique violation on pg_type. Applications that
+// upgradeMarker separates, in schema.sql, the statements that create the
+// table from those that upgrade a table of version 1.
+const upgradeMarker = "-- upgrade from version 1 --"
+
+// CreateSchema creates the store's table if it does not exist, and
+// upgrades a table of the previous schema version (it adds the waiters
+// column and drops the expiry index, locking the table for an instant;
+// see "Schema" in the package doc). It runs in one transaction under a
+// transaction-scoped advisory lock derived from the table name, so running
+// it at every start-up of every instance is safe: concurrent CREATE TABLE
+// IF NOT EXISTS can otherwise fail with a unique violation on pg_type. An
+// up-to-date table is only looked up, never locked. Applications that
 // manage migrations themselves use Schema instead and never call it.
 func (s *Store) CreateSchema(ctx context.Context) error {
 	sql, err := Schema(s.table)
 	if err != nil {
 		return err
 	}
+	create, upgrade, _ := strings.Cut(sql, upgradeMarker)
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgxstore: create schema: %w", err)
@@ -97,8 +108,21 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 	}
 	// Without arguments pgx sends the script with the simple protocol, which
 	// runs several statements in one round trip.
-	if _, err := tx.Exec(ctx, sql); err != nil {
+	if _, err := tx.Exec(ctx, create); err != nil {
 		return fmt.Errorf("pgxstore: create schema: %w", err)
+	}
+	var old bool
+	if err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM pg_attribute
+			WHERE attrelid = $1::text::regclass AND attname = 'waiters' AND NOT attisdropped)
+		OR EXISTS (SELECT 1 FROM pg_index JOIN pg_class ON pg_class.oid = indexrelid
+			WHERE indrelid = $1::text::regclass AND relname = $2)`,
+		pgx.Identifier{s.table}.Sanitize(), v1IndexName(s.table)).Scan(&old); err != nil {
+		return fmt.Errorf("pgxstore: create schema: %w", err)
+	}
+	if old {
+		if _, err := tx.Exec(ctx, upgrade); err != nil {
+			return fmt.Errorf("pgxstore: create schema: upgrade from version 1: %w", err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgxstore: create schema: commit: %w", err)

@@ -11,15 +11,18 @@ import (
 // else is ever interpolated.
 type queries struct {
 	claim          string
+	claimNoSync    string // claim, committed without waiting for its WAL flush
 	complete       string
 	completeNotify string
 	release        string
 	releaseNotify  string
+	mark           string
 	get            string
 	delete         string
 	deleteNotify   string
 	deleteExpired  string
 	extend         string
+	extendNoSync   string // extend, committed without waiting for its WAL flush
 }
 
 // recordCols are the columns every read returns, in scan order.
@@ -44,10 +47,14 @@ const recordCols = `fingerprint, state, status, headers, body, body_omitted, cre
 //     COMMITTED PostgreSQL re-checks it against the newest row version after
 //     waiting for a concurrent writer's lock: of two takers only one
 //     updates. The loser acquires nothing while cur still shows the old,
-//     takeable row, and the caller runs the statement again.
+//     takeable row, and the caller runs the statement again. Taking over an
+//     abandoned claim keeps its waiter mark (its waiters still wait, now
+//     for the new claim); a completed row's marks are spent.
 //
 // The final SELECT always returns one row: acquired, then found and the
-// record from cur.
+// record from cur. {{one}} is the one-row VALUES it selects from; for
+// exactly-once mode it also switches synchronous_commit off for this
+// statement's own transaction (see claimNoSyncValues).
 const claimSQL = `WITH cur AS (
     SELECT ` + recordCols + `
     FROM {{t}} WHERE scope = $1::bytea AND key = $2::text
@@ -60,7 +67,7 @@ const claimSQL = `WITH cur AS (
 ), upd AS (
     UPDATE {{t}} SET fingerprint = $3::bytea, token = $4::bytea, state = 1, status = NULL,
         headers = NULL, body = NULL, body_omitted = false, created_at = $5::timestamptz,
-        lease_end = $6::timestamptz, expires_at = $6::timestamptz
+        lease_end = $6::timestamptz, expires_at = $6::timestamptz, waiters = (state = 1 AND waiters)
     WHERE scope = $1::bytea AND key = $2::text
       AND (expires_at <= $5::timestamptz OR (state = 1 AND lease_end <= $5::timestamptz))
       AND EXISTS (SELECT 1 FROM cur
@@ -70,67 +77,112 @@ const claimSQL = `WITH cur AS (
 SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
        cur.state IS NOT NULL, cur.fingerprint, cur.state, cur.status, cur.headers, cur.body,
        cur.body_omitted, cur.created_at, cur.lease_end, cur.expires_at
-FROM (VALUES (1)) AS one (x) LEFT JOIN cur ON true`
+FROM {{one}} AS one (x) LEFT JOIN cur ON true`
+
+// claimValues and claimNoSyncValues fill {{one}} in claimSQL. The second
+// calls set_config(..., true), which is SET LOCAL: it lasts until the end
+// of the statement's own (implicit) transaction, so that transaction's
+// commit does not wait for its WAL to reach disk, and nothing after it is
+// affected. The function is volatile, so it is evaluated, once, even
+// though nothing reads its result. A replay, a 409 or a 422 writes
+// nothing and has nothing to flush either way.
+const (
+	claimValues       = `(VALUES (1))`
+	claimNoSyncValues = `(VALUES (set_config('synchronous_commit', 'off', true)))`
+)
 
 // completeSQL: $1 scope, $2 key, $3 token, $4 status, $5 headers, $6 body,
-// $7 body omitted, $8 now, $9 expires at. The statements that change a row
-// end in RETURNING 1 so notifyWrap can build on them; run alone they are
-// sent with Exec and the command tag tells how many rows changed.
+// $7 body omitted, $8 now, $9 expires at. It changes no column of the
+// primary key, so it is a HOT update whenever the page has room. The
+// statements that end a claim are sent with Exec: the command tag tells
+// how many rows changed.
 const completeSQL = `UPDATE {{t}} SET state = 2, status = $4::integer, headers = $5::bytea, body = $6::bytea,
     body_omitted = $7::boolean, lease_end = NULL, expires_at = $9::timestamptz
 WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1
-  AND lease_end > $8::timestamptz
-RETURNING 1`
+  AND lease_end > $8::timestamptz`
 
 // releaseSQL: $1 scope, $2 key, $3 token.
 const releaseSQL = `DELETE FROM {{t}}
-WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1
-RETURNING 1`
+WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1`
 
 // deleteSQL: $1 scope, $2 key.
-const deleteSQL = `DELETE FROM {{t}} WHERE scope = $1::bytea AND key = $2::text RETURNING 1`
+const deleteSQL = `DELETE FROM {{t}} WHERE scope = $1::bytea AND key = $2::text`
 
-// notifyWrap turns a "... RETURNING 1" statement into one that also calls
-// pg_notify($n, $n+1) for the row it changed, in the same statement, and
-// returns how many rows it changed. The notification is delivered when the
-// statement's transaction commits, and not at all when it changes nothing.
-func notifyWrap(stmt string, chanParam string) string {
-	return `WITH changed AS (` + stmt + `)
-SELECT count(*) FROM (SELECT pg_notify(` + chanParam + `) FROM changed) AS notified`
+// notifying adds to a statement that ends a claim a call of
+// pg_notify(chanParam) for the row it changed, in the same statement, made
+// only when the row carries a waiter mark (see markSQL). The notification
+// is delivered when the statement's transaction commits. A transaction
+// that calls pg_notify takes a database-wide lock from its commit until
+// the commit is flushed, so commits that notify queue one behind the
+// other; one that does not call it takes no such lock, so a completion
+// nobody waits for costs what it costs with notifications off.
+func notifying(stmt string, chanParam string) string {
+	return stmt + `
+RETURNING CASE WHEN waiters THEN pg_notify(` + chanParam + `) END`
 }
+
+// markSQL sets the waiter mark of an in-progress record, so that the
+// statement that ends the claim notifies: $1 scope, $2 key. A row already
+// marked is filtered out before it is locked, so only the first waiter of
+// a claim writes. The mark commits without waiting for its WAL flush: a
+// mark lost in a crash only costs a wake-up, and the server's connections
+// (the listener's among them) drop in a crash anyway, which wakes every
+// waiter. The one-row subquery runs set_config for a row that is updated;
+// nothing is written, and nothing needs flushing, otherwise.
+//
+// Races with the statement that ends the claim are settled by the row
+// lock both take: if the mark commits first, the ending statement (under
+// READ COMMITTED, re-reading the newest row version after waiting for the
+// lock) returns waiters = true and notifies; if the claim ends first, the
+// mark finds no in-progress row and the waiter's next look at the record
+// (the engine always looks after Watch returns) sees the outcome.
+const markSQL = `UPDATE {{t}} SET waiters = true` + noSyncFrom + `
+WHERE scope = $1::bytea AND key = $2::text AND state = 1 AND NOT waiters`
 
 // getSQL: $1 scope, $2 key, $3 now.
 const getSQL = `SELECT ` + recordCols + ` FROM {{t}}
 WHERE scope = $1::bytea AND key = $2::text AND expires_at > $3::timestamptz`
 
-// deleteExpiredSQL deletes at most $2 rows that have expired at $1. The
-// outer WHERE repeats the expiry test so a row a claim took over meanwhile
-// (re-checked after its lock) is left alone; SKIP LOCKED keeps the sweeper
-// from queueing behind a claim.
-const deleteExpiredSQL = `DELETE FROM {{t}}
-WHERE (scope, key) IN (
-    SELECT scope, key FROM {{t}} WHERE expires_at <= $1::timestamptz
-    LIMIT $2::integer FOR UPDATE SKIP LOCKED)
-  AND expires_at <= $1::timestamptz`
+// deleteExpiredSQL deletes the rows that have expired at $3 in the table's
+// pages $1 up to $2 (TIDs (page, 0)), and returns how many it deleted and
+// how many pages the table has; $4 is the quoted table name. PostgreSQL
+// reads just those pages (a TID range scan). A row a claim takes over
+// meanwhile is left alone: under READ COMMITTED the DELETE waits for the
+// claim's row lock, then re-checks expires_at against the new row version.
+// There is no index on expires_at: a completion that changed an indexed
+// column could not be a HOT update.
+const deleteExpiredSQL = `WITH gone AS (
+    DELETE FROM {{t}}
+    WHERE ctid >= $1::tid AND ctid < $2::tid AND expires_at <= $3::timestamptz
+    RETURNING 1)
+SELECT (SELECT count(*) FROM gone), pg_relation_size($4::text::regclass) / current_setting('block_size')::bigint`
 
 // extendSQL: $1 scope, $2 key, $3 token, $4 now, $5 new lease end.
-const extendSQL = `UPDATE {{t}} SET lease_end = $5::timestamptz, expires_at = $5::timestamptz
+// {{nosync}} is empty, or for exactly-once mode the one-row subquery of
+// markSQL, so that the heartbeat's commit does not wait for its flush.
+const extendSQL = `UPDATE {{t}} SET lease_end = $5::timestamptz, expires_at = $5::timestamptz{{nosync}}
 WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1
   AND lease_end > $4::timestamptz`
+
+const noSyncFrom = `
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS nosync (x)`
 
 func newQueries(table string) queries {
 	t := pgx.Identifier{table}.Sanitize()
 	f := func(s string) string { return strings.ReplaceAll(s, "{{t}}", t) }
 	return queries{
-		claim:          f(claimSQL),
+		claim:          f(strings.Replace(claimSQL, "{{one}}", claimValues, 1)),
+		claimNoSync:    f(strings.Replace(claimSQL, "{{one}}", claimNoSyncValues, 1)),
 		complete:       f(completeSQL),
-		completeNotify: f(notifyWrap(completeSQL, "$10::text, $11::text")),
+		completeNotify: f(notifying(completeSQL, "$10::text, $11::text")),
 		release:        f(releaseSQL),
-		releaseNotify:  f(notifyWrap(releaseSQL, "$4::text, $5::text")),
+		releaseNotify:  f(notifying(releaseSQL, "$4::text, $5::text")),
+		mark:           f(markSQL),
 		get:            f(getSQL),
 		delete:         f(deleteSQL),
-		deleteNotify:   f(notifyWrap(deleteSQL, "$3::text, $4::text")),
+		deleteNotify:   f(notifying(deleteSQL, "$3::text, $4::text")),
 		deleteExpired:  f(deleteExpiredSQL),
-		extend:         f(extendSQL),
+		extend:         f(strings.Replace(extendSQL, "{{nosync}}", "", 1)),
+		extendNoSync:   f(strings.Replace(extendSQL, "{{nosync}}", noSyncFrom, 1)),
 	}
 }

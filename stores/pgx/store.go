@@ -40,9 +40,13 @@ const maxClaimAttempts = 5
 // claimRetries counts Claim statements re-run after a lost race, for tests.
 var claimRetries atomic.Int64
 
-// sweepBatch is how many rows one DeleteExpired statement removes at most,
-// so a large backlog never becomes one long transaction.
-const sweepBatch = 1000
+// DefaultSweepInterval is how often the background sweeper runs unless
+// WithSweepInterval says otherwise; each run reads sweepPages pages.
+const DefaultSweepInterval = 10 * time.Second
+
+// sweepPages is how many of the table's pages (8 KiB each) one sweep
+// statement reads, so a large backlog never becomes one long transaction.
+const sweepPages = 1024
 
 // DB is what a Store runs its statements on. *pgxpool.Pool, *pgx.Conn and
 // pgx.Tx all satisfy it.
@@ -68,6 +72,7 @@ type Option func(*config)
 type config struct {
 	table         string
 	sweepInterval time.Duration
+	sweepSet      bool // WithSweepInterval was given
 	notify        bool
 	logger        *slog.Logger
 }
@@ -81,24 +86,25 @@ func WithTable(name string) Option {
 	return func(c *config) { c.table = name }
 }
 
-// WithSweepInterval starts a background sweeper that calls DeleteExpired
-// with the wall clock every d until Close. The default, 0, runs no sweeper:
-// call DeleteExpired or Sweep yourself, from a cron job or one instance,
-// or let expired rows be taken over by new claims. Expired records are
-// never replayed either way; sweeping only reclaims space.
+// WithSweepInterval sets how often the background sweeper runs until
+// Close; 0 runs none. The default is DefaultSweepInterval (10s) on a
+// *pgxpool.Pool, and no sweeper on a *pgx.Conn or pgx.Tx, which are not
+// safe for concurrent use. Each run deletes the expired records in the
+// next 1024 pages (8 MiB) of the table, going round it, so a record is
+// gone at most one full round after it expires (see "Expiry" in the
+// package doc). Expired records are never replayed either way; sweeping
+// only reclaims space.
 func WithSweepInterval(d time.Duration) Option {
-	return func(c *config) { c.sweepInterval = d }
+	return func(c *config) { c.sweepInterval, c.sweepSet = d, true }
 }
 
 // WithNotify turns notifications for the engine's wait mode on or off. It
-// is on by default: Complete, Release and Delete call pg_notify in the same
-// statement, and Watch listens on one dedicated connection per Store.
-//
-// Turn it off when no engine uses wait mode and completions are frequent:
-// PostgreSQL serializes the commits of notifying transactions on a
-// database-wide lock, which caps the rate of completions on a busy server.
-// With notifications off, Watch returns a channel that never fires and the
-// engine falls back to polling.
+// is on by default: Watch listens on one dedicated connection per Store
+// and marks the record it waits for, and Complete, Release and Delete call
+// pg_notify in the same statement for a marked record only, so requests
+// nobody waits for cost nothing more (see "Notifications" in the package
+// doc). With notifications off, Watch returns a channel that never fires
+// and the engine falls back to polling.
 func WithNotify(enabled bool) Option {
 	return func(c *config) { c.notify = enabled }
 }
@@ -117,7 +123,7 @@ func WithLogger(l *slog.Logger) Option {
 // Claim, Complete, Release, Get, Delete and Extend each run one statement,
 // which commits on its own (Claim runs its statement a second time only
 // after losing a race with a concurrent writer; DeleteExpired runs one per
-// batch of 1000 rows). No transaction or row lock is held while a
+// 1024 pages of the table). No transaction or row lock is held while a
 // handler runs. A replay, a 409 and a 422 read the row without locking or
 // writing it.
 type Store struct {
@@ -163,6 +169,13 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if cfg.sweepInterval < 0 {
 		return nil, fmt.Errorf("pgxstore: negative sweep interval %v", cfg.sweepInterval)
 	}
+	if !cfg.sweepSet {
+		switch db.(type) {
+		case *pgx.Conn, pgx.Tx:
+		default:
+			cfg.sweepInterval = DefaultSweepInterval
+		}
+	}
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
@@ -207,6 +220,11 @@ func (s *Store) Close() error {
 // the SQL and why it is race-safe and writes nothing unless it takes the
 // key).
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+	return s.claim(ctx, s.q.claim, c)
+}
+
+// claim runs the claim statement sql (claimSQL in one of its two forms).
+func (s *Store) claim(ctx context.Context, sql string, c idem.Claim) (idem.ClaimResult, error) {
 	now := floorMicro(c.Now)
 	leaseEnd := ceilMicro(c.LeaseEnd)
 	scope := []byte(c.Scope)
@@ -217,7 +235,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 			acquired, found bool
 			r               rawRecord
 		)
-		err := s.db.QueryRow(ctx, s.q.claim, scope, c.Key, fp, token, now, leaseEnd).Scan(
+		err := s.db.QueryRow(ctx, sql, scope, c.Key, fp, token, now, leaseEnd).Scan(
 			&acquired, &found, &r.fingerprint, &r.state, &r.status, &r.headers, &r.body,
 			&r.bodyOmitted, &r.createdAt, &r.leaseEnd, &r.expiresAt)
 		if serializationFailure(err) {
@@ -267,7 +285,7 @@ func (s *Store) complete(ctx context.Context, db DB, scope, key, token string, r
 	args := []any{[]byte(scope), key, []byte(token), resp.Status, header, resp.Body,
 		resp.BodyOmitted, floorMicro(now), ceilMicro(expiresAt)}
 	if s.cfg.notify {
-		return queryCount(ctx, db, s.q.completeNotify, append(args, s.channel, payload(scope, key))...)
+		return execCount(ctx, db, s.q.completeNotify, append(args, s.channel, payload(scope, key))...)
 	}
 	return execCount(ctx, db, s.q.complete, args...)
 }
@@ -280,7 +298,7 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	)
 	if s.cfg.notify {
 		n, err = retry(func() (int64, error) {
-			return queryCount(ctx, s.db, s.q.releaseNotify, []byte(scope), key, []byte(token), s.channel, payload(scope, key))
+			return execCount(ctx, s.db, s.q.releaseNotify, []byte(scope), key, []byte(token), s.channel, payload(scope, key))
 		})
 	} else {
 		n, err = retry(func() (int64, error) { return execCount(ctx, s.db, s.q.release, []byte(scope), key, []byte(token)) })
@@ -322,7 +340,7 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	)
 	if s.cfg.notify {
 		n, err = retry(func() (int64, error) {
-			return queryCount(ctx, s.db, s.q.deleteNotify, []byte(scope), key, s.channel, payload(scope, key))
+			return execCount(ctx, s.db, s.q.deleteNotify, []byte(scope), key, s.channel, payload(scope, key))
 		})
 	} else {
 		n, err = retry(func() (int64, error) { return execCount(ctx, s.db, s.q.delete, []byte(scope), key) })
@@ -333,28 +351,44 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	return n > 0, nil
 }
 
-// DeleteExpired implements idem.ExpiredDeleter. It deletes in batches of
-// at most 1000 rows, each its own statement, skipping rows a concurrent
-// claim holds locked, and returns how many rows it removed.
+// DeleteExpired implements idem.ExpiredDeleter. It reads the whole table,
+// 1024 pages per statement, and returns how many rows it removed.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
-	now = floorMicro(now)
 	total := 0
-	for {
-		n, err := retry(func() (int64, error) { return execCount(ctx, s.db, s.q.deleteExpired, now, sweepBatch) })
+	for page, pages := uint32(0), uint32(1); page < pages; page += sweepPages {
+		n, size, err := s.sweep(ctx, now, page)
 		total += int(n)
 		if err != nil {
 			return total, fmt.Errorf("pgxstore: delete expired: %w", err)
 		}
-		if n < sweepBatch {
-			return total, nil
+		pages = size
+	}
+	return total, nil
+}
+
+// sweep deletes the rows expired at now in the sweepPages pages from page
+// on, and returns how many it deleted and the table's size in pages.
+func (s *Store) sweep(ctx context.Context, now time.Time, page uint32) (deleted int64, pages uint32, err error) {
+	from := pgtype.TID{BlockNumber: page, Valid: true}
+	to := pgtype.TID{BlockNumber: uint32(min(uint64(page)+sweepPages, 1<<32-1)), Valid: true}
+	var size int64
+	for i := 1; ; i++ {
+		err = s.db.QueryRow(ctx, s.q.deleteExpired, from, to, floorMicro(now), pgx.Identifier{s.table}.Sanitize()).Scan(&deleted, &size)
+		if err == nil || i == maxClaimAttempts || !serializationFailure(err) {
+			break
 		}
 	}
+	return deleted, uint32(min(size, 1<<32-1)), err
 }
 
 // Extend implements idem.Extender in one statement.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+	return s.extend(ctx, s.q.extend, scope, key, token, now, leaseEnd)
+}
+
+func (s *Store) extend(ctx context.Context, sql, scope, key, token string, now, leaseEnd time.Time) error {
 	n, err := retry(func() (int64, error) {
-		return execCount(ctx, s.db, s.q.extend, []byte(scope), key, []byte(token), floorMicro(now), ceilMicro(leaseEnd))
+		return execCount(ctx, s.db, sql, []byte(scope), key, []byte(token), floorMicro(now), ceilMicro(leaseEnd))
 	})
 	if err != nil {
 		return fmt.Errorf("pgxstore: extend: %w", err)
@@ -365,16 +399,18 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 	return nil
 }
 
-// Sweep calls DeleteExpired with the wall clock every interval until ctx
-// is cancelled or the store is closed, logging errors and carrying on. It
-// returns ctx.Err() or ErrClosed. WithSweepInterval runs it in the
-// background; call it yourself to tie the sweeper to your own context.
+// Sweep deletes, every interval, the records expired at the wall clock in
+// the next 1024 pages of the table, going round it, until ctx is cancelled
+// or the store is closed, logging errors and carrying on. It returns
+// ctx.Err() or ErrClosed. The background sweeper (WithSweepInterval) is a
+// Sweep; call it yourself to tie one to your own context.
 func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
 	if interval <= 0 {
 		return fmt.Errorf("pgxstore: sweep interval %v is not positive", interval)
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var page uint32
 	for {
 		select {
 		case <-ctx.Done():
@@ -387,11 +423,17 @@ func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
 		// sweeps up; a backlog is finished by the next ones.
 		sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
 		stop := context.AfterFunc(s.ctx, cancel)
-		n, err := s.DeleteExpired(sctx, time.Now())
+		_, pages, err := s.sweep(sctx, time.Now(), page)
 		stop()
 		cancel()
-		if err != nil && ctx.Err() == nil && s.ctx.Err() == nil {
-			s.cfg.logger.Warn("pgxstore: sweep failed", "table", s.table, "deleted", n, "err", err)
+		if err != nil {
+			if ctx.Err() == nil && s.ctx.Err() == nil {
+				s.cfg.logger.Warn("pgxstore: sweep failed", "table", s.table, "page", page, "err", err)
+			}
+			continue
+		}
+		if page += sweepPages; page >= pages {
+			page = 0
 		}
 	}
 }
@@ -414,13 +456,6 @@ func retry(f func() (int64, error)) (int64, error) {
 			return n, err
 		}
 	}
-}
-
-// queryCount runs a statement returning one count(*) row.
-func queryCount(ctx context.Context, db DB, sql string, args ...any) (int64, error) {
-	var n int64
-	err := db.QueryRow(ctx, sql, args...).Scan(&n)
-	return n, err
 }
 
 // execCount runs a statement and returns the rows its command tag reports.

@@ -80,6 +80,31 @@ var (
 // statements on it fail; see ExactlyOnceStore.
 func (s *Store) ExactlyOnce() *ExactlyOnceStore { return &ExactlyOnceStore{Store: s} }
 
+// Claim implements idem.Store like Store.Claim, in the same one statement,
+// except that a claim that takes the key commits without waiting for its
+// WAL flush (synchronous_commit off for that statement alone): the
+// transaction that later commits the record flushes it too. See "Exactly-
+// once mode" in the package doc for why that loses nothing. On a DB that
+// is a pgx.Tx the claim is the plain one, so the outer transaction keeps
+// its own durability.
+func (s *ExactlyOnceStore) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+	if _, inTx := s.db.(pgx.Tx); inTx {
+		return s.Store.Claim(ctx, c)
+	}
+	return s.claim(ctx, s.q.claimNoSync, c)
+}
+
+// Extend implements idem.Extender like Store.Extend, except that the
+// heartbeat's commit does not wait for its WAL flush, for the claim's
+// reason: a crash that loses it ends the handler's transaction too (on a
+// pgx.Tx it is the plain one).
+func (s *ExactlyOnceStore) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+	if _, inTx := s.db.(pgx.Tx); inTx {
+		return s.Store.Extend(ctx, scope, key, token, now, leaseEnd)
+	}
+	return s.extend(ctx, s.q.extendNoSync, scope, key, token, now, leaseEnd)
+}
+
 // WithTxOptions returns a copy of s whose transactions start with opts,
 // for example pgx.TxOptions{IsoLevel: pgx.Serializable}. The default is
 // the server's default (READ COMMITTED unless configured otherwise). A

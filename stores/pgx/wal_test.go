@@ -10,14 +10,37 @@ import (
 )
 
 // walMark is what the server reports about its writes at one moment.
+// The pg_stat_wal counters are cluster-wide, but other backends report
+// theirs at most once a second, while mark makes the test's own backend
+// report at once; the insert position moves with everyone's WAL at once.
 type walMark struct {
-	records int64 // pg_stat_wal.wal_records, cluster-wide
+	records int64 // pg_stat_wal.wal_records
+	fpi     int64 // pg_stat_wal.wal_fpi: full-page images
+	bytes   int64 // pg_stat_wal.wal_bytes
 	lsn     int64 // pg_current_wal_insert_lsn(), bytes
 	nextXid int64 // the next transaction id to be assigned
+	syncs   int64 // pg_stat_wal.wal_sync: WAL flushes to disk
+	writes  int64 // pg_stat_wal.wal_write
 }
 
 func (a walMark) sub(b walMark) walMark {
-	return walMark{a.records - b.records, a.lsn - b.lsn, a.nextXid - b.nextXid}
+	return walMark{a.records - b.records, a.fpi - b.fpi, a.bytes - b.bytes, a.lsn - b.lsn, a.nextXid - b.nextXid, a.syncs - b.syncs, a.writes - b.writes}
+}
+
+// quiet reports whether d, the difference of two marks around the test's
+// own statements, saw no other session's WAL: the insert position moved
+// by the bytes the test's backend reported, plus the alignment of each
+// record and the page headers, and no more. Another session that wrote
+// WAL moves the position without reporting (yet); one that reported moves
+// the counters by more than it wrote meanwhile. Either way its flushes
+// (which can also carry the test's commits) may be in the counters, so
+// only a quiet difference tells what the test's own statements cost. A
+// difference with full-page images (the first change to a page after a
+// checkpoint, once per page and checkpoint) is not counted as quiet
+// either: it tells about the checkpoint, not about the statements.
+func (d walMark) quiet() bool {
+	slack := 8*d.records + 40*(d.lsn/8192+2)
+	return d.fpi == 0 && d.bytes <= d.lsn && d.lsn-d.bytes <= slack
 }
 
 // mark reads a walMark on the store's only connection. It first asks that
@@ -31,10 +54,11 @@ func mark(t *testing.T, p *pgxpool.Pool) walMark {
 		t.Fatal(err)
 	}
 	var m walMark
-	err := p.QueryRow(ctx, `SELECT wal_records,
+	err := p.QueryRow(ctx, `SELECT wal_records, wal_fpi, wal_bytes::bigint,
 		pg_current_wal_insert_lsn() - '0/0'::pg_lsn,
-		pg_snapshot_xmax(pg_current_snapshot())::text::bigint
-		FROM pg_stat_wal`).Scan(&m.records, &m.lsn, &m.nextXid)
+		pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+		wal_sync, wal_write
+		FROM pg_stat_wal`).Scan(&m.records, &m.fpi, &m.bytes, &m.lsn, &m.nextXid, &m.syncs, &m.writes)
 	if err != nil {
 		t.Fatal(err)
 	}
