@@ -80,7 +80,7 @@ func main() {
 		api.Post("/orders/{id}/payments", func(w http.ResponseWriter, r *http.Request) { svc.Pay(w, r, param(r)) })
 	})
 
-	if err := app.Serve(ctx, flags.Addr, r, engine.Close); err != nil {
+	if err := app.Serve(ctx, "orders API on chi", flags.Store.String(), flags.Addr, r, engine.Close); err != nil {
 		app.Fatal(err, false)
 	}
 }

@@ -611,3 +611,23 @@ func deleteRedisPrefix(t *testing.T, rawURL, prefix string) {
 		t.Errorf("cleaning up %s*: %v", prefix, err)
 	}
 }
+
+// TestUnreachableStoreStopsAtStartup: every shared store behaves alike at
+// start-up when its server does not answer: the program exits with status
+// 1 and says which flag to fix (a store lost later answers 503 instead).
+func TestUnreachableStoreStopsAtStartup(t *testing.T) {
+	for _, args := range [][]string{
+		{"-store", "redis", "-redis-url", "redis://127.0.0.1:1/0"},
+		{"-store", "postgres", "-postgres-url", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2"},
+		{"-store", "mysql", "-mysql-dsn", "root@tcp(127.0.0.1:1)/test?timeout=2s"},
+	} {
+		t.Run(args[1], func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(filepath.Join(bin, "chi"), append([]string{"-addr", "127.0.0.1:0"}, args...)...)
+			out, _ := cmd.CombinedOutput()
+			if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(out), "error: "+args[2]) {
+				t.Errorf("%q: exit %d, output %q; want 1 and an error naming %s", args, code, out, args[2])
+			}
+		})
+	}
+}

@@ -39,7 +39,7 @@ func main() {
 	e.GET("/orders/:id", handle(svc.Get))
 	e.POST("/orders/:id/payments", handle(svc.Pay))
 
-	if err := app.Serve(ctx, flags.Addr, e, engine.Close); err != nil {
+	if err := app.Serve(ctx, "orders API on echo v4", flags.Store.String(), flags.Addr, e, engine.Close); err != nil {
 		app.Fatal(err, false)
 	}
 }

@@ -40,7 +40,7 @@ func main() {
 	e.GET("/orders/:id", handle(svc.Get))
 	e.POST("/orders/:id/payments", handle(svc.Pay))
 
-	if err := app.Serve(ctx, flags.Addr, e); err != nil {
+	if err := app.Serve(ctx, "orders API on echo v5", flags.Store.String(), flags.Addr, e, engine.Close); err != nil {
 		app.Fatal(err, false)
 	}
 }

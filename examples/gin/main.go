@@ -37,7 +37,7 @@ func main() {
 	r.GET("/orders/:id", func(c *gin.Context) { svc.Get(c.Writer, c.Request, c.Param) })
 	r.POST("/orders/:id/payments", func(c *gin.Context) { svc.Pay(c.Writer, c.Request, c.Param) })
 
-	if err := app.Serve(ctx, flags.Addr, r, engine.Close); err != nil {
+	if err := app.Serve(ctx, "orders API on gin", flags.Store.String(), flags.Addr, r, engine.Close); err != nil {
 		app.Fatal(err, false)
 	}
 }

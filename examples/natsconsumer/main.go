@@ -52,6 +52,7 @@ type config struct {
 	natsURL, stream, subject, consumer string
 	payments                           string // table of the side effect
 	ackWait, lease                     time.Duration
+	log                                app.LogFlags
 	store                              app.StoreFlags
 
 	// Test-only faults.
@@ -73,7 +74,8 @@ func parse() config {
 	fs.IntVar(&c.dropAcks, "drop-acks", 0, "test only: skip the acks of the first N messages processed")
 	fs.DurationVar(&c.workDelay, "work-delay", 0, "test only: sleep this long in each payment, before its INSERT")
 	fs.BoolVar(&c.crashAfterInsert, "crash-after-insert", false, "test only: SIGKILL itself after the first payment's INSERT, before the record is stored")
-	c.store.Register(fs)
+	c.log.Register(fs)
+	c.store.Register(fs, "natsconsumer")
 	fs.Parse(os.Args[1:])
 	switch {
 	case fs.NArg() > 0:
@@ -89,7 +91,8 @@ func parse() config {
 
 func main() {
 	c := parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	c.log.Install()
+	log := slog.Default()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -97,7 +100,7 @@ func main() {
 	defer closeStore()
 	opts := []idem.Option{
 		// Per-message lines are ours; the engine's log shows only trouble.
-		idem.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		idem.WithLogger(log.With("source", "idem")),
 	}
 	if c.lease > 0 {
 		opts = append(opts, idem.WithLease(c.lease))

@@ -34,7 +34,7 @@ func main() {
 		svc.Pay(w, r, r.PathValue)
 	})))
 
-	if err := app.Serve(ctx, flags.Addr, mux, engine.Close); err != nil {
+	if err := app.Serve(ctx, "orders API on net/http", flags.Store.String(), flags.Addr, mux, engine.Close); err != nil {
 		app.Fatal(err, false)
 	}
 }

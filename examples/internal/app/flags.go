@@ -5,10 +5,11 @@ import (
 	"os"
 )
 
-// OrdersFlags are the flags every orders example takes: -addr and the
-// store flags.
+// OrdersFlags are the flags every orders example takes: -addr,
+// -log-level and the store flags.
 type OrdersFlags struct {
 	Addr  string
+	Log   LogFlags
 	Store StoreFlags
 }
 
@@ -18,7 +19,8 @@ func ParseOrders(name string, extra func(fs *flag.FlagSet)) OrdersFlags {
 	var f OrdersFlags
 	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	fs.StringVar(&f.Addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free one)")
-	f.Store.Register(fs)
+	f.Log.Register(fs)
+	f.Store.Register(fs, name)
 	if extra != nil {
 		extra(fs)
 	}
@@ -30,5 +32,6 @@ func ParseOrders(name string, extra func(fs *flag.FlagSet)) OrdersFlags {
 	if err := f.Store.Validate(); err != nil {
 		Fatal(err, true)
 	}
+	f.Log.Install()
 	return f
 }

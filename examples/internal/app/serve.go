@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -15,12 +16,14 @@ import (
 )
 
 // Serve listens on addr, prints exactly one line "listening on
-// http://HOST:PORT" to stdout once it accepts connections, and serves h
+// http://HOST:PORT" to stdout once it accepts connections, logs one
+// start-up record naming the program (what), its store and the address,
+// and serves h
 // until ctx ends or the process gets SIGINT or SIGTERM; then it shuts down
 // gracefully, letting requests in flight finish, and runs each of after
 // (such as idem's Engine.Close, which lands completions still pending),
 // all within 10 seconds.
-func Serve(ctx context.Context, addr string, h http.Handler, after ...func(context.Context) error) error {
+func Serve(ctx context.Context, what, store, addr string, h http.Handler, after ...func(context.Context) error) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ln, err := net.Listen("tcp", addr)
@@ -31,6 +34,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, after ...func(conte
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	fmt.Printf("listening on http://%s\n", ln.Addr())
+	slog.Info("serving", "program", what, "store", store, "addr", "http://"+ln.Addr().String())
 	select {
 	case err := <-errc:
 		return err

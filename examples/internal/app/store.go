@@ -6,7 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,7 +21,9 @@ import (
 	redisstore "github.com/idemkit/idem/stores/redis"
 )
 
-// StoreFlags choose and address the store of an example program.
+// StoreFlags choose and address the store of an example program. Each
+// program keeps its records apart (its own Redis prefix and table), so one
+// example's stored responses are never replayed by another.
 type StoreFlags struct {
 	Kind        string // memory, redis, postgres or mysql
 	RedisURL    string
@@ -32,18 +36,43 @@ type StoreFlags struct {
 }
 
 // Register adds -store, -redis-url, -redis-prefix, -postgres-url,
-// -pg-table, -mysql-dsn, -mysql-table and -exactly-once to fs. The
-// addresses default to $IDEM_REDIS_URL, $IDEM_POSTGRES_URL and
-// $IDEM_MYSQL_DSN, then to the local servers.
-func (f *StoreFlags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Kind, "store", "memory", "idempotency store: memory, redis, postgres or mysql")
-	fs.StringVar(&f.RedisURL, "redis-url", envOr("IDEM_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (-store redis)")
-	fs.StringVar(&f.RedisPrefix, "redis-prefix", redisstore.DefaultPrefix, "prefix of the Redis keys (-store redis)")
-	fs.StringVar(&f.PostgresURL, "postgres-url", envOr("IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL (-store postgres)")
-	fs.StringVar(&f.PGTable, "pg-table", pgxstore.DefaultTable, "PostgreSQL table of the records (-store postgres)")
-	fs.StringVar(&f.MySQLDSN, "mysql-dsn", envOr("IDEM_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test"), "MySQL DSN, go-sql-driver syntax (-store mysql)")
-	fs.StringVar(&f.MySQLTable, "mysql-table", mysqlstore.DefaultTable, "MySQL table of the records (-store mysql)")
+// -pg-table, -mysql-dsn, -mysql-table and -exactly-once to fs, with the
+// prefix and tables named for program. The addresses default to
+// $IDEM_REDIS_URL, $IDEM_POSTGRES_URL and $IDEM_MYSQL_DSN, then to the
+// local servers.
+func (f *StoreFlags) Register(fs *flag.FlagSet, program string) {
+	fs.StringVar(&f.Kind, "store", "memory", "idempotency store: memory, redis, postgres or mysql; a shared store that does not answer at start-up stops the program (exit 1), one that fails later answers 503 until it is back")
+	fs.StringVar(&f.RedisURL, "redis-url", envOr("IDEM_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (-store redis; default $IDEM_REDIS_URL, else the local server)")
+	fs.StringVar(&f.RedisPrefix, "redis-prefix", "idem:"+program+":", "prefix of the Redis keys (-store redis)")
+	fs.StringVar(&f.PostgresURL, "postgres-url", envOr("IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL (-store postgres; default $IDEM_POSTGRES_URL, else the local server)")
+	fs.StringVar(&f.PGTable, "pg-table", "idem_"+program, "PostgreSQL table of the records (-store postgres)")
+	fs.StringVar(&f.MySQLDSN, "mysql-dsn", envOr("IDEM_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test"), "MySQL DSN, go-sql-driver syntax (-store mysql; default $IDEM_MYSQL_DSN, else the local server)")
+	fs.StringVar(&f.MySQLTable, "mysql-table", "idem_"+program, "MySQL table of the records (-store mysql)")
 	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "run each claimed request in a database transaction that commits with its record (-store postgres or mysql)")
+}
+
+// String names the store for the start-up line: its kind and where it is
+// (without credentials).
+func (f *StoreFlags) String() string {
+	mode := ""
+	if f.ExactlyOnce {
+		mode = ", exactly-once"
+	}
+	switch f.Kind {
+	case "redis":
+		if u, err := url.Parse(f.RedisURL); err == nil {
+			return "redis " + u.Host + " prefix " + f.RedisPrefix
+		}
+	case "postgres":
+		if u, err := url.Parse(f.PostgresURL); err == nil {
+			return "postgres " + u.Host + u.Path + " table " + f.PGTable + mode
+		}
+	case "mysql":
+		if cfg, err := mysql.ParseDSN(f.MySQLDSN); err == nil {
+			return "mysql " + cfg.Addr + "/" + cfg.DBName + " table " + f.MySQLTable + mode
+		}
+	}
+	return f.Kind
 }
 
 // Validate reports a bad flag value.
@@ -74,6 +103,13 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 		}
 		opt.ContextTimeoutEnabled = true // honour the engine's store timeout
 		client := redis.NewClient(opt)
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = client.Ping(pctx).Err()
+		cancel()
+		if err != nil {
+			client.Close()
+			return nil, nil, fmt.Errorf("-redis-url %s: Redis does not answer: %w", f.RedisURL, err)
+		}
 		s, err := redisstore.New(client, redisstore.WithPrefix(f.RedisPrefix))
 		if err != nil {
 			client.Close()
@@ -90,10 +126,13 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 			pool.Close()
 			return nil, nil, err
 		}
-		if err := s.CreateSchema(ctx); err != nil {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = s.CreateSchema(sctx)
+		cancel()
+		if err != nil {
 			s.Close()
 			pool.Close()
-			return nil, nil, fmt.Errorf("creating the schema: %w", err)
+			return nil, nil, fmt.Errorf("-postgres-url: creating the PostgreSQL table %s: %w", f.PGTable, err)
 		}
 		if f.ExactlyOnce {
 			return s.ExactlyOnce(), func() { s.Close(); pool.Close() }, nil
@@ -114,10 +153,13 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 			db.Close()
 			return nil, nil, err
 		}
-		if err := s.CreateSchema(ctx); err != nil {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = s.CreateSchema(sctx)
+		cancel()
+		if err != nil {
 			s.Close()
 			db.Close()
-			return nil, nil, fmt.Errorf("creating the schema: %w", err)
+			return nil, nil, fmt.Errorf("-mysql-dsn: creating the MySQL table %s: %w", f.MySQLTable, err)
 		}
 		if f.ExactlyOnce {
 			return s.ExactlyOnce(), func() { s.Close(); db.Close() }, nil
