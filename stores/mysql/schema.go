@@ -22,7 +22,7 @@ var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 // wherever they appear in SQL.
 func validTable(table string) error {
 	if !tableRE.MatchString(table) {
-		return fmt.Errorf("%w: table name %q does not match %s", ErrInvalidOption, table, tableRE)
+		return fmt.Errorf("%w: table name %q does not match %s", ErrBadOption, table, tableRE)
 	}
 	return nil
 }
@@ -33,7 +33,7 @@ func validTable(table string) error {
 // schema with a migration tool: one idempotent CREATE TABLE IF NOT EXISTS.
 // The template is schema.sql in this module.
 //
-// Schema returns an error wrapping ErrInvalidOption when table does not
+// Schema returns an error wrapping ErrBadOption when table does not
 // match ^[A-Za-z_][A-Za-z0-9_]{0,63}$.
 func Schema(table string) (string, error) {
 	if table == "" {

@@ -40,13 +40,13 @@ func TestTableNameValidation(t *testing.T) {
 					t.Fatalf("New(%q) = %v", tc.name, err)
 				}
 				s.Close()
-			} else if !errors.Is(err, ErrInvalidOption) {
-				t.Fatalf("New(%q) error = %v, want ErrInvalidOption", tc.name, err)
+			} else if !errors.Is(err, ErrBadOption) {
+				t.Fatalf("New(%q) error = %v, want ErrBadOption", tc.name, err)
 			}
 			if tc.name == "" {
 				return // Schema("") means the default table
 			}
-			if _, err := Schema(tc.name); tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidOption)) {
+			if _, err := Schema(tc.name); tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrBadOption)) {
 				t.Fatalf("Schema(%q) error = %v", tc.name, err)
 			}
 		})

@@ -18,11 +18,11 @@ import (
 // Errors the store returns besides those of idem. Callers test with
 // errors.Is.
 var (
-	// ErrInvalidOption is wrapped by the error New returns for a bad
+	// ErrBadOption is wrapped by the error New returns for a bad
 	// argument or option (a nil *sql.DB, a table name that does not match
 	// ^[A-Za-z_][A-Za-z0-9_]{0,63}$, a negative interval), and by Schema's
 	// error for a bad table name.
-	ErrInvalidOption = errors.New("mysqlstore: invalid option")
+	ErrBadOption = errors.New("mysqlstore: bad option")
 	// ErrClosed means Watch or Sweep was called after Close.
 	ErrClosed = errors.New("mysqlstore: store closed")
 )
@@ -143,7 +143,7 @@ var (
 // New returns a Store that keeps its records in db, which must run in
 // autocommit mode (the default). It does not touch the database: create
 // the table with CreateSchema or with the SQL from Schema. It fails only
-// on a bad argument or option, with an error wrapping ErrInvalidOption.
+// on a bad argument or option, with an error wrapping ErrBadOption.
 // The background sweeper starts at once; call Close to stop it and the
 // watch poller. Close does not close db.
 //
@@ -151,7 +151,7 @@ var (
 //	store, err := mysqlstore.New(db, mysqlstore.WithTable("idem_keys"))
 func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: nil *sql.DB", ErrBadOption)
 	}
 	cfg := config{
 		table:         DefaultTable,
@@ -168,10 +168,10 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	if cfg.sweepInterval < 0 {
-		return nil, fmt.Errorf("%w: negative sweep interval %v", ErrInvalidOption, cfg.sweepInterval)
+		return nil, fmt.Errorf("%w: negative sweep interval %v", ErrBadOption, cfg.sweepInterval)
 	}
 	if cfg.watchInterval <= 0 {
-		return nil, fmt.Errorf("%w: watch interval %v is not positive", ErrInvalidOption, cfg.watchInterval)
+		return nil, fmt.Errorf("%w: watch interval %v is not positive", ErrBadOption, cfg.watchInterval)
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)

@@ -373,12 +373,12 @@ func TestNewOptions(t *testing.T) {
 		"negative watch":       {WithWatchInterval(-time.Second)},
 		"bad after nil option": {nil, WithTable("x y")},
 	} {
-		if _, err := New(db, opts...); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("%s: New = %v, want ErrInvalidOption", name, err)
+		if _, err := New(db, opts...); !errors.Is(err, ErrBadOption) {
+			t.Errorf("%s: New = %v, want ErrBadOption", name, err)
 		}
 	}
-	if _, err := New(nil); !errors.Is(err, ErrInvalidOption) {
-		t.Errorf("New(nil) = %v, want ErrInvalidOption", err)
+	if _, err := New(nil); !errors.Is(err, ErrBadOption) {
+		t.Errorf("New(nil) = %v, want ErrBadOption", err)
 	}
 	s, err := New(db, nil, WithLogger(nil), WithSweepInterval(0), nil)
 	if err != nil {

@@ -24,7 +24,7 @@ var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 // pgx.Identifier wherever they appear in SQL, so a name is never pasted raw.
 func validTable(table string) error {
 	if !tableRE.MatchString(table) {
-		return fmt.Errorf("%w: %q does not match %s", ErrInvalidTable, table, tableRE)
+		return fmt.Errorf("%w: %q does not match %s", ErrBadOption, table, tableRE)
 	}
 	return nil
 }
@@ -62,7 +62,7 @@ func channelName(table string) string { return derivedName(table, "_idem") }
 // schema.sql in this module, where {{table}} and {{index}} stand for the
 // quoted table name and the previous version's index.
 //
-// Schema returns an error wrapping ErrInvalidTable when table does not match
+// Schema returns an error wrapping ErrBadOption when table does not match
 // ^[A-Za-z_][A-Za-z0-9_]{0,62}$. Names are case-sensitive once quoted:
 // Schema("Keys") creates "Keys", not keys.
 func Schema(table string) (string, error) {

@@ -43,8 +43,8 @@ func TestTableNameValidation(t *testing.T) {
 					t.Fatalf("New(%q) = %v", tc.name, err)
 				}
 				s.Close()
-			} else if !errors.Is(err, ErrInvalidTable) {
-				t.Fatalf("New(%q) error = %v, want ErrInvalidTable", tc.name, err)
+			} else if !errors.Is(err, ErrBadOption) {
+				t.Fatalf("New(%q) error = %v, want ErrBadOption", tc.name, err)
 			}
 			if tc.name == "" {
 				return // Schema("") means the default table
@@ -252,5 +252,16 @@ func TestCreateSchemaUpgradesVersion1(t *testing.T) {
 	defer cancel()
 	if err := s.CreateSchema(cctx); err != nil {
 		t.Fatalf("CreateSchema on an up-to-date table: %v", err)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	s, err := New(dummyDB{}, nil, WithNotify(false), nil)
+	if err != nil {
+		t.Fatalf("New with nil options: %v", err)
+	}
+	s.Close()
+	if _, err := New(dummyDB{}, WithSweepInterval(-time.Second)); !errors.Is(err, ErrBadOption) {
+		t.Errorf("a negative sweep interval: %v, want ErrBadOption", err)
 	}
 }

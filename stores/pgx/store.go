@@ -21,9 +21,10 @@ import (
 // Errors the store returns besides those of idem. Callers test with
 // errors.Is.
 var (
-	// ErrInvalidTable means a table name does not match
-	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$.
-	ErrInvalidTable = errors.New("pgxstore: invalid table name")
+	// ErrBadOption is wrapped by the error New (or Schema) returns for an
+	// option it cannot use: a table name that does not match
+	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$, a negative sweep interval.
+	ErrBadOption = errors.New("pgxstore: bad option")
 	// ErrClosed means Watch or Sweep was called after Close.
 	ErrClosed = errors.New("pgxstore: store closed")
 	// ErrTxManaged is returned when a handler calls Commit on the
@@ -79,7 +80,7 @@ type config struct {
 
 // WithTable sets the table the store uses. The default is DefaultTable
 // ("idempotency_keys"). The name must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$,
-// otherwise New returns an error wrapping ErrInvalidTable; it is always
+// otherwise New returns an error wrapping ErrBadOption; it is always
 // quoted, so it is case-sensitive. Put the table in another schema with the
 // connection's search_path.
 func WithTable(name string) Option {
@@ -161,13 +162,15 @@ func New(db DB, opts ...Option) (*Store, error) {
 	}
 	cfg := config{table: DefaultTable, notify: true, logger: slog.Default()}
 	for _, o := range opts {
-		o(&cfg)
+		if o != nil {
+			o(&cfg)
+		}
 	}
 	if err := validTable(cfg.table); err != nil {
 		return nil, err
 	}
 	if cfg.sweepInterval < 0 {
-		return nil, fmt.Errorf("pgxstore: negative sweep interval %v", cfg.sweepInterval)
+		return nil, fmt.Errorf("%w: WithSweepInterval: %v is negative", ErrBadOption, cfg.sweepInterval)
 	}
 	if !cfg.sweepSet {
 		switch db.(type) {

@@ -15,9 +15,9 @@ import (
 // Errors of this package. Errors from Redis itself are returned wrapped,
 // with the failing operation named.
 var (
-	// ErrInvalidOption is wrapped by the error New returns for an option
+	// ErrBadOption is wrapped by the error New returns for an option
 	// value it cannot use.
-	ErrInvalidOption = errors.New("redisstore: invalid option")
+	ErrBadOption = errors.New("redisstore: bad option")
 	// ErrClosed is returned by Watch after Close.
 	ErrClosed = errors.New("redisstore: store closed")
 	// ErrNotReplicated is wrapped by the error of a write that fewer
@@ -84,11 +84,11 @@ func WithLogger(logger *slog.Logger) Option {
 func (o *options) validate(client redis.UniversalClient) error {
 	switch {
 	case o.prefix == "":
-		return fmt.Errorf("%w: WithPrefix: the prefix must not be empty", ErrInvalidOption)
+		return fmt.Errorf("%w: WithPrefix: the prefix must not be empty", ErrBadOption)
 	case len(o.prefix) > maxPrefixLen:
-		return fmt.Errorf("%w: WithPrefix: the prefix is %d bytes, more than %d", ErrInvalidOption, len(o.prefix), maxPrefixLen)
+		return fmt.Errorf("%w: WithPrefix: the prefix is %d bytes, more than %d", ErrBadOption, len(o.prefix), maxPrefixLen)
 	case strings.ContainsAny(o.prefix, "{}"):
-		return fmt.Errorf("%w: WithPrefix: the prefix %q contains '{' or '}', which would change the hash tag Redis Cluster uses to place every record", ErrInvalidOption, o.prefix)
+		return fmt.Errorf("%w: WithPrefix: the prefix %q contains '{' or '}', which would change the hash tag Redis Cluster uses to place every record", ErrBadOption, o.prefix)
 	}
 	if o.replicas == 0 && o.timeout == 0 {
 		return nil
@@ -100,15 +100,15 @@ func (o *options) validate(client redis.UniversalClient) error {
 	case *redis.ClusterClient:
 		readTimeout = c.Options().ReadTimeout
 	default:
-		return fmt.Errorf("%w: WithReplicas: the client is a %T; WAIT must go to the connection that wrote, which the Store can only pick on a *redis.Client or a *redis.ClusterClient", ErrInvalidOption, client)
+		return fmt.Errorf("%w: WithReplicas: the client is a %T; WAIT must go to the connection that wrote, which the Store can only pick on a *redis.Client or a *redis.ClusterClient", ErrBadOption, client)
 	}
 	switch {
 	case o.replicas <= 0:
-		return fmt.Errorf("%w: WithReplicas: %d replicas; want at least 1", ErrInvalidOption, o.replicas)
+		return fmt.Errorf("%w: WithReplicas: %d replicas; want at least 1", ErrBadOption, o.replicas)
 	case o.timeout < time.Millisecond:
-		return fmt.Errorf("%w: WithReplicas: timeout %v; want at least 1ms (WAIT with 0 would block for ever)", ErrInvalidOption, o.timeout)
+		return fmt.Errorf("%w: WithReplicas: timeout %v; want at least 1ms (WAIT with 0 would block for ever)", ErrBadOption, o.timeout)
 	case readTimeout > 0 && o.timeout >= readTimeout:
-		return fmt.Errorf("%w: WithReplicas: timeout %v is not below the client's ReadTimeout %v, which would cut the WAIT's reply off", ErrInvalidOption, o.timeout, readTimeout)
+		return fmt.Errorf("%w: WithReplicas: timeout %v is not below the client's ReadTimeout %v, which would cut the WAIT's reply off", ErrBadOption, o.timeout, readTimeout)
 	}
 	return nil
 }
@@ -147,7 +147,7 @@ var (
 // New returns a Store that keeps its records through client: a
 // *redis.Client, a *redis.ClusterClient or a Sentinel-backed failover
 // client (redis.NewFailoverClient or redis.NewUniversalClient). It returns
-// an error wrapping ErrInvalidOption when an option's value cannot be
+// an error wrapping ErrBadOption when an option's value cannot be
 // used.
 //
 // New asks every master (the one server, or each Cluster shard) for its
@@ -175,7 +175,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	if !honoursDeadlines(client) {
-		return nil, fmt.Errorf("%w: the client ignores context deadlines, so the engine's store timeout could not bound a call to a hung Redis (go-redis then waits its own read and dial timeouts, 3 to 5 seconds); set ContextTimeoutEnabled: true in the client's options", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: the client ignores context deadlines, so the engine's store timeout could not bound a call to a hung Redis (go-redis then waits its own read and dial timeouts, 3 to 5 seconds); set ContextTimeoutEnabled: true in the client's options", ErrBadOption)
 	}
 	logger := o.logger
 	if logger == nil {

@@ -35,12 +35,12 @@ func offlineClient(t *testing.T) *redis.Client {
 func TestNew(t *testing.T) {
 	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer plain.Close()
-	if _, err := New(plain); !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
+	if _, err := New(plain); !errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
 		t.Errorf("a client that ignores context deadlines: %v", err)
 	}
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cluster.Close()
-	if _, err := New(cluster); !errors.Is(err, ErrInvalidOption) {
+	if _, err := New(cluster); !errors.Is(err, ErrBadOption) {
 		t.Errorf("a cluster client that ignores context deadlines: %v", err)
 	}
 
@@ -79,8 +79,8 @@ func TestNew(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.client, append(tc.opts, quiet)...)
-			if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("New = %v, want ErrInvalidOption mentioning %q", err, tc.want)
+			if !errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v, want ErrBadOption mentioning %q", err, tc.want)
 			}
 		})
 	}
