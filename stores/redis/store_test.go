@@ -18,11 +18,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// testContract checks the store contract of core/store.go, with an
+// testStore checks the store contract of core/store.go, with an
 // emphasis on what is specific to this store (nanosecond time comparisons
 // inside Lua, binary-safe records, notifications through Pub/Sub). It
 // complements conformance.RunStore.
-func testContract(t *testing.T, newStore func(t *testing.T) *Store) {
+func testStore(t *testing.T, newStore func(t *testing.T) *Store) {
 	// base has a nanosecond part on purpose: the scripts must compare
 	// times exactly, which Lua numbers (doubles) cannot.
 	base := time.Now().Truncate(time.Second).Add(123456789)
@@ -443,14 +443,14 @@ func checkRecord(t *testing.T, got, want idem.Record) {
 	}
 }
 
-func TestContract(t *testing.T) {
+func TestStore(t *testing.T) {
 	client := testClient(t)
-	testContract(t, func(t *testing.T) *Store { return newTestStore(t, client) })
+	testStore(t, func(t *testing.T) *Store { return newTestStore(t, client) })
 }
 
-func TestContractCluster(t *testing.T) {
+func TestStoreCluster(t *testing.T) {
 	client := startCluster(t)
-	testContract(t, func(t *testing.T) *Store { return newTestStore(t, client) })
+	testStore(t, func(t *testing.T) *Store { return newTestStore(t, client) })
 }
 
 // numSub returns how many subscriptions s's channel has, over every node.
