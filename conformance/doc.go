@@ -2,11 +2,44 @@
 // parts must behave. A store or adapter passes its suite, or it is not done.
 //
 // [RunStore] checks an [idem.Store], and every optional capability it
-// implements, against the store contract: atomic claims, token checks on
-// Complete, Release and Extend, exact response round trips, scope
-// isolation, expiry on the caller's clock and concurrency. The memory,
-// Redis and PostgreSQL stores run it from their tests, and a store written
-// outside this repository should too.
+// implements, against the store contract. The memory, Redis, PostgreSQL and
+// MySQL stores run it from their tests, and a store written outside this
+// repository should too. Each rule is a subtest of its own:
+//
+//   - Claim takes a key that has no record, whose record has expired
+//     (now at or past ExpiresAt), or whose in-progress claim's lease has
+//     ended (now at or past LeaseEnd); otherwise it returns the record as
+//     Existing in the same call, with the right fingerprint, state,
+//     CreatedAt, LeaseEnd, ExpiresAt and, once completed, Response.
+//   - Complete and Release act only for the token that holds the claim,
+//     Complete only before the lease ends, Release never on a completed
+//     record; otherwise they return [idem.ErrLeaseLost] and change nothing.
+//   - Responses round-trip exactly: status, multi-valued headers in order,
+//     empty, binary and 1 MiB bodies, and BodyOmitted. The caller may reuse
+//     the body's memory once Complete returns; it never changes the header
+//     it handed over.
+//   - (scope, key) pairs are independent, even when scopes hold ':', '{',
+//     '}', spaces, NUL or bytes that are not UTF-8 and a naive
+//     concatenation of scope and key would collide.
+//   - 64 goroutines racing for one key get exactly one claim; 200 keys
+//     claimed and completed from 8 goroutines all succeed; concurrent
+//     takeovers of an abandoned or expired record leave one owner.
+//   - The Existing record is a copy: changing its fields does not change
+//     the store. The suite does not modify Existing.Response or what it
+//     points to, so a store may share one immutable Response between
+//     readers.
+//   - Each optional capability the store implements, in its own subtests.
+//
+// Time: every time comes from the now values the suite passes; nothing
+// sleeps waiting for a record to expire. The suite uses a base time taken
+// from the wall clock when a subtest starts, truncated to the millisecond,
+// plus offsets, so a store that also sets a server-side TTL from the times
+// it is given never loses a record during a subtest. The now values are
+// not monotonic across calls: to prove that a record was removed the suite
+// may claim it again at an earlier now. Times read back are compared with a
+// tolerance of 1 ms, so a store keeps at least millisecond precision; the
+// zero time (LeaseEnd of a completed record) reads back as the zero time.
+// Keys are printable ASCII, as the engine sends them.
 //
 // RunHTTP, in http.go, is the HTTP behaviour suite: it mounts the fixture
 // routes through an adapter in-process and checks what clients see

@@ -35,56 +35,18 @@ const notifyTimeout = 5 * time.Second
 var scopeA = idem.Scope("tenant-1", "POST", "/orders/{id}")
 
 // RunStore checks that a Store keeps the contract written on [idem.Store]
-// and on the optional capabilities it implements. It is the one definition
-// of that contract: the memory, Redis and PostgreSQL stores run it, and so
-// should any other store.
+// and on the optional capabilities it implements (Getter, Deleter,
+// ExpiredDeleter, Extender, Notifier, TxBeginner; a capability's subtests
+// are skipped when the store lacks it). It is the one definition of that
+// contract: every store here runs it, and so should any other.
 //
-// newStore must return a fresh, empty store that no other subtest sees (a
-// new instance, or a unique key prefix or schema on a shared server); it
-// registers its own cleanup with t.Cleanup. RunStore calls it once per
-// subtest, and once more per optional capability to find out whether the
-// store implements it. Subtests do not run in parallel with each other.
+// newStore returns a fresh, empty store that no other subtest sees (a new
+// instance, or a unique key prefix or table on a shared server) and
+// registers its cleanup with t.Cleanup. RunStore calls it once per subtest
+// and once per capability; subtests do not run in parallel. What the
+// suite checks, and how it treats time, is in the package docs.
 //
-// The suite checks, each rule in its own subtest:
-//
-//   - Claim takes a key that has no record, whose record has expired
-//     (now at or past ExpiresAt), or whose in-progress claim's lease has
-//     ended (now at or past LeaseEnd); otherwise it returns the record as
-//     Existing in the same call, with the right fingerprint, state,
-//     CreatedAt, LeaseEnd, ExpiresAt and, once completed, Response.
-//   - Complete and Release act only for the token that holds the claim,
-//     Complete only before the lease ends, Release never on a completed
-//     record; otherwise they return [idem.ErrLeaseLost] and change nothing.
-//   - Responses round-trip exactly: status, multi-valued headers in order,
-//     empty, binary and 1 MiB bodies, and BodyOmitted. The caller may reuse
-//     the body's memory once Complete returns; it never changes the header
-//     it handed over.
-//   - (scope, key) pairs are independent, even when scopes and keys hold
-//     ':', '{', '}', spaces or non-ASCII characters (in scopes) and a naive
-//     concatenation of the two would collide.
-//   - 64 goroutines racing for one key get exactly one claim; 200 keys
-//     claimed and completed from 8 goroutines all succeed.
-//   - The Existing record is a copy: changing its fields does not change
-//     the store. The suite does not modify Existing.Response or what it
-//     points to, so a store may share one immutable Response between
-//     readers.
-//   - Getter, Deleter, ExpiredDeleter, Extender and Notifier, each in its
-//     own subtest, when the store implements them; the subtest is skipped
-//     otherwise. TxBeginner is not checked here.
-//
-// Time. Every time comes from the now values the suite passes; nothing
-// sleeps waiting for a record to expire. The suite uses a base time taken
-// from the wall clock when a subtest starts, truncated to the millisecond,
-// plus offsets, so a store that also sets a server-side TTL from the times
-// it is given never loses a record during a subtest. The now values the
-// suite passes are not monotonic across calls: to prove that a record was
-// removed it may claim it again at an earlier now. Times read back are
-// compared with a tolerance of 1 ms, so a store must keep at least
-// millisecond precision; the zero time (LeaseEnd of a completed record)
-// must read back as the zero time.
-//
-// Scopes in the suite are valid UTF-8 without NUL bytes; keys are
-// printable ASCII, as the engine sends them.
+//	conformance.RunStore(t, func(t *testing.T) idem.Store { return newTestStore(t) })
 func RunStore(t *testing.T, newStore func(t *testing.T) idem.Store) {
 	t.Helper()
 	for _, tc := range contractTests {

@@ -40,6 +40,34 @@
 // 429 ([WithReleaseRule]); in gRPC the codes its options name final; in Do
 // an error marked with [Final].
 //
+// # Exactly-once
+//
+// When the store implements [TxBeginner] (pgxstore's and mysqlstore's
+// ExactlyOnce views), every claimed request runs like this:
+//
+//  1. Claim commits on its own, as always, so duplicates see the claim.
+//  2. BeginTx starts a transaction; the handler runs with the context
+//     Tx.Context derives from the request's, which carries the
+//     transaction (the store says how to reach it: pgxstore.Tx,
+//     mysqlstore.Tx).
+//  3. When the response is to be stored, Tx.Commit writes the completed
+//     record in the transaction and commits it before the response is
+//     sent: the handler's writes and the record commit together or not at
+//     all. When Commit fails the engine answers 500 and releases the
+//     claim, token-checked, so a record that did commit (as it may when
+//     the connection is lost during COMMIT) stays and is replayed to the
+//     retry.
+//  4. When the response is not to be stored (5xx, 429, panic, hijack), or
+//     after a failed Commit, the engine rolls back and releases the key.
+//
+// The commit happens when the response is stored, before its first byte
+// is sent: normally once the handler returns, but a response that streams
+// (the handler flushes, or its body outgrows WithMaxResponseBody) is
+// stored, with its body omitted, when it starts streaming. The handler's
+// writes through the transaction after that point fail: a streaming
+// handler does its writes first. A failed commit is never retried in the
+// background: the transaction is gone.
+//
 // # Recovery
 //
 // A fault costs seconds, not the lease. When the store implements

@@ -186,32 +186,14 @@ type Notifier interface {
 
 // TxBeginner is an optional Store capability for exactly-once execution:
 // the handler's own writes and the completion of the record commit in one
-// transaction. When the engine's store implements it, every claimed request
-// runs like this:
+// transaction (the flow is in the package docs, "Exactly-once").
 //
-//  1. Claim commits on its own, as always, so duplicates see the claim.
-//  2. BeginTx starts a transaction (ctx bounds only the start); the handler
-//     runs with the context Tx.Context derives from the request's, which
-//     carries the transaction (the store offers a way to reach it from
-//     there, such as pgxstore.Tx).
-//  3. When the response is to be stored, Tx.Commit writes the completed
-//     record inside the transaction and commits it before the response is
-//     sent. The handler's writes and the record commit together or not at
-//     all. When Commit fails the engine answers 500 and releases the claim
-//     (token-checked, so a record that did commit, as it may when the
-//     connection is lost during COMMIT, stays and is replayed to the retry).
-//  4. When the response is not to be stored (5xx, 429, panic, hijack), or
-//     after a failed Commit, the engine calls Tx.Rollback and then
-//     Store.Release.
-//
-// A response that streams (the handler flushes, or the body outgrows the
-// engine's cap) commits at that moment, with its body omitted; the
-// handler's writes after it fail.
-//
-// Tx.Commit must apply the same token check as Store.Complete and return
-// ErrLeaseLost, committing nothing, when the claim is no longer held. As
-// with Complete, the caller reuses resp.Body's memory once it returns.
-// Rollback after Commit, or twice, is a no-op.
+// BeginTx starts a transaction for the claim that holds token; ctx bounds
+// only the start. Tx.Commit writes the completed record inside it with the
+// same token check as Store.Complete, returning ErrLeaseLost and
+// committing nothing when the claim is no longer held; as with Complete,
+// the caller reuses resp.Body's memory once it returns. Rollback after
+// Commit, or twice, is a no-op.
 type TxBeginner interface {
 	BeginTx(ctx context.Context, scope, key, token string) (Tx, error)
 }

@@ -98,9 +98,27 @@
 //
 // Store.ExactlyOnce returns a view that implements idem.TxBeginner: the
 // engine begins a transaction before the handler, the handler writes
-// through Tx(r.Context()), and the completed record is written in the same
-// transaction and committed before the response is sent. It costs one
-// pooled connection per in-flight request; see ExactlyOnceStore and Tx.
+// through Tx(r.Context()) (with Gin, Tx(c.Request.Context()); with Echo,
+// Tx(c.Request().Context())), and the completed record is written in the
+// same transaction, by the same token-checked UPDATE as Complete, and
+// committed before the response is sent. A request whose lease ran out and
+// was taken over never commits its writes. If COMMIT fails, both committed
+// or neither did (a connection lost during COMMIT leaves which one
+// unknown); the engine answers 500 and releases the key, Release never
+// deletes a completed record, and the client's retry learns the real
+// outcome. When the commit happens (a streaming response commits when it
+// starts) is the engine's rule: see "Exactly-once" in package idem.
+//
+// Transactions run at READ COMMITTED unless WithTxOptions says otherwise.
+// Under REPEATABLE READ, MariaDB with innodb_snapshot_isolation=ON (the
+// default from 11.6) refuses the completion with error 1020 whenever the
+// engine's heartbeat extended the lease after the handler's first read.
+// READ COMMITTED cannot write when binlog_format is STATEMENT.
+//
+// Each request in flight holds one pooled connection from BeginTx to the
+// commit or rollback, and its business rows stay locked until then. Size
+// the pool (db.SetMaxOpenConns) for the requests in flight, and run every
+// query of the handler on the transaction.
 //
 // # Expiry
 //

@@ -11,39 +11,13 @@ import (
 )
 
 // ExactlyOnceStore is a Store whose engine runs each claimed request in a
-// database transaction (idem.TxBeginner): the handler's writes and the
-// completed record commit together or not at all. Get one with
-// Store.ExactlyOnce. It has every method of Store.
-//
-// The flow, driven by the engine:
-//
-//  1. Claim commits on its own, so duplicates see the claim at once.
-//  2. BeginTx starts a transaction on the store's DB; the handler reaches
-//     it with Tx(r.Context()) and does its writes in it.
-//  3. For a response to be stored, Commit runs the same token-checked
-//     UPDATE as Store.Complete inside the transaction, then COMMIT. If the
-//     claim is no longer held it rolls back and returns idem.ErrLeaseLost,
-//     so a request whose lease ran out and was taken over never commits
-//     its writes. If COMMIT fails, both committed or neither did (a
-//     connection lost during COMMIT leaves which one unknown); the engine
-//     answers 500 and releases the key, Release never deletes a completed
-//     record, and the client's retry learns the real outcome.
-//  4. For a 5xx, 429, panic or hijack the engine rolls back and releases.
-//
-// The transaction commits when the response is stored, before its first
-// byte is sent: after the handler returns, or, for a response that
-// streams, at its first Flush or when the body outgrows the engine's
-// response cap. The handler's statements after that point fail.
-//
+// database transaction (idem.TxBeginner): the handler's writes, made
+// through Tx(r.Context()), and the completed record commit together or not
+// at all. Get one with Store.ExactlyOnce; it has every method of Store.
 // Transactions run at READ COMMITTED unless WithTxOptions says otherwise.
-// Under REPEATABLE READ, MariaDB with innodb_snapshot_isolation=ON (the
-// default from 11.6) refuses the completion with error 1020 whenever the
-// engine's heartbeat extended the lease after the handler's first read.
-//
-// Cost: each in-flight request holds one pooled connection from BeginTx to
-// Commit or Rollback, and its business rows stay locked until then. Size
-// the pool (db.SetMaxOpenConns) for the concurrent requests, and run every
-// query of the handler on the transaction.
+// Each request in flight holds one pooled connection, and its rows stay
+// locked, until the commit. The flow, the isolation level and the costs
+// are in the package docs ("Exactly-once mode").
 type ExactlyOnceStore struct {
 	*Store
 	txOptions sql.TxOptions

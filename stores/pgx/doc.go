@@ -139,13 +139,32 @@
 // engine begins a transaction before the handler, the handler writes
 // through Tx(r.Context()) (with Gin, Tx(c.Request.Context()); with Echo,
 // Tx(c.Request().Context())), and the completed record is written in the
-// same transaction and committed before the response is sent. It costs one
-// pooled connection per in-flight request; see ExactlyOnceStore.
+// same transaction, by the same token-checked update as Complete, and
+// committed before the response is sent. A request whose lease ran out and
+// was taken over never commits its writes. When the commit happens (a
+// streaming response commits when it starts) is the engine's rule: see
+// "Exactly-once" in package idem.
 //
-// The commit happens when the response is stored: after the handler
-// returns, or, for a response that streams, at the handler's first Flush
-// or when its body outgrows the engine's response cap. The handler's
-// statements on the transaction after that point fail.
+// Each request in flight holds one pooled connection from BeginTx to the
+// commit or rollback, and the rows it writes stay locked until then. Size
+// the pool for the requests in flight and do every query of the handler
+// through the transaction: a handler that also takes a second connection
+// from the same pool can deadlock once the pool is exhausted. Use a
+// *pgxpool.Pool as the DB; on a pgx.Tx, BeginTx makes a savepoint and
+// nothing commits until the outer transaction does.
+//
+// Handlers never run transaction control (BEGIN, COMMIT, ROLLBACK) as
+// SQL; use tx.Begin for savepoints. A transaction ended by such a
+// statement is treated as failed, and the record is never written outside
+// a transaction; but writes already committed by it stay committed. To
+// abort, answer 5xx: the engine rolls back and releases the key. When a
+// statement fails in the transaction (PostgreSQL then refuses everything
+// until ROLLBACK), or the handler rolls it back, the transaction can no
+// longer commit: an answer of 400 or more is then stored on its own and
+// replayed, with none of the handler's writes (which is what an error
+// answer means), while an answer below 400 fails the commit (the client
+// gets 500 and the key is released). Run a statement that may fail, when
+// the handler wants to carry on after it, in a savepoint.
 //
 // A first request flushes WAL once, not twice: the claim commits without
 // waiting for its flush (synchronous_commit off for that statement alone),

@@ -12,49 +12,12 @@ import (
 )
 
 // ExactlyOnceStore is a Store whose engine runs each claimed request in a
-// database transaction (idem.TxBeginner): the handler's writes and the
-// completed record commit together or not at all. Get one with
-// Store.ExactlyOnce. It has every method of Store.
-//
-// The flow, driven by the engine:
-//
-//  1. Claim commits on its own, so duplicates see the claim at once.
-//  2. BeginTx starts a transaction on the store's DB; the handler reaches
-//     it with Tx(r.Context()) and does its writes in it.
-//  3. For a response to be stored, Commit runs the same token-checked
-//     update as Store.Complete inside the transaction, then commits. If the
-//     claim is no longer held it rolls back and returns idem.ErrLeaseLost:
-//     a request whose lease ran out and was taken over never commits its
-//     writes, so the handler's effects happen at most once even then. If
-//     COMMIT fails, the handler's writes and the completed record either
-//     both committed or neither did: a deferred constraint or a
-//     serialization failure rolls both back, while a connection lost
-//     during COMMIT leaves the outcome unknown (the server may have
-//     committed). The engine answers 500 and releases the key. Release is
-//     token-checked and never deletes a completed record, so a record that
-//     did commit survives it, and the client's retry with the same key
-//     learns the real outcome: a replay of the stored response if the
-//     transaction committed, a fresh run if it did not.
-//  4. For a 5xx, 429, panic or hijack the engine rolls back and releases.
-//
-// The transaction commits when the response is stored, before the first
-// byte of it is sent: normally after the handler returns, but a response
-// that streams is stored when it starts streaming, that is at the
-// handler's first Flush or when its body outgrows the engine's response
-// cap (idem.WithMaxResponseBody). The handler's statements on the
-// transaction after that point fail with pgx.ErrTxClosed, so a streaming
-// handler does all of its writes before it flushes or writes a large body.
-//
-// Cost: each in-flight request holds one pooled connection from BeginTx to
-// Commit or Rollback, the whole time its handler runs, and the business
-// rows it writes stay locked until then. Size the pool for the number of
-// concurrent requests, and do every query of the handler through the
-// transaction: a handler that also takes a second connection from the same
-// pool can deadlock once the pool is exhausted. A handler that never
-// touches the transaction still works; it just holds the connection.
-//
-// Use a *pgxpool.Pool as the DB. On a pgx.Tx, BeginTx makes a savepoint
-// and nothing commits until the outer transaction does.
+// database transaction (idem.TxBeginner): the handler's writes, made
+// through Tx(r.Context()), and the completed record commit together or not
+// at all. Get one with Store.ExactlyOnce; it has every method of Store.
+// Each request in flight holds one pooled connection, and its rows stay
+// locked, until the commit. The flow, what a failed COMMIT means, and the
+// costs are in the package docs ("Exactly-once mode").
 type ExactlyOnceStore struct {
 	*Store
 	txOptions pgx.TxOptions
@@ -121,37 +84,14 @@ type txKey struct{}
 // Tx returns the transaction an exactly-once engine started for the
 // request whose context is ctx, and true; or nil and false when there is
 // none (the store is not in exactly-once mode, or the request was not
-// claimed). The handler runs its queries on it and never commits it:
-// Commit returns ErrTxManaged; the engine commits it with the record.
+// claimed). Run the handler's queries on it and never commit it (Commit
+// returns ErrTxManaged): the engine commits it with the record. Pass the
+// request's context: r.Context(), or with Gin c.Request.Context(), with
+// Echo c.Request().Context(). The rules for handlers (streaming, errors,
+// savepoints) are in the package docs ("Exactly-once mode").
 //
-// Pass the request's context. With net/http and chi that is r.Context().
-// With Gin it is c.Request.Context(): a *gin.Context is a context.Context,
-// but Tx(c) finds nothing unless the gin.Engine has ContextWithFallback
-// set. With Echo it is c.Request().Context().
-//
-// The engine commits the transaction when it stores the response: after
-// the handler returns, or as soon as the response starts streaming, at the
-// handler's first Flush or when the body outgrows the engine's response
-// cap (idem.WithMaxResponseBody). From then on statements on the
-// transaction fail with pgx.ErrTxClosed: do the writes first.
-//
-// Never run transaction control (BEGIN, COMMIT, ROLLBACK) as SQL on it;
-// use its Begin for savepoints. A transaction ended by a COMMIT or
-// ROLLBACK statement is treated as failed, like one the handler rolled
-// back (below), and the record is never written on its connection outside
-// a transaction; but writes already committed by such a statement, or made
-// after it, stay committed.
-//
-// To abort, return a 5xx response: the engine rolls back and releases the
-// key. When a statement fails inside the transaction (PostgreSQL then
-// refuses everything until ROLLBACK), or the handler rolls it back, the
-// transaction can no longer commit. If the handler then answers 400 or
-// more, say a 409 for a duplicate order, that answer is stored on its own,
-// token-checked, and replayed, with none of the handler's writes (which is
-// what an error answer means). If it answers below 400, a success the
-// database cannot back, the engine's commit fails: the client gets 500 and
-// the key is released. Run statements that may fail, when the handler
-// wants to carry on after them, in a savepoint (tx.Begin).
+//	tx, _ := pgxstore.Tx(r.Context())
+//	_, err := tx.Exec(r.Context(), "INSERT INTO payments (order_id) VALUES ($1)", id)
 func Tx(ctx context.Context) (pgx.Tx, bool) {
 	t, ok := ctx.Value(txKey{}).(*txn)
 	if !ok {
