@@ -2,6 +2,6 @@ module github.com/idemkit/idem/conformance
 
 go 1.26
 
-require github.com/idemkit/idem/core v0.0.0
+require github.com/idemkit/idem/core v0.1.0
 
 replace github.com/idemkit/idem/core => ../core

@@ -6,18 +6,18 @@ require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/idemkit/idem/adapters/chi v0.0.0
-	github.com/idemkit/idem/adapters/echo v0.0.0
-	github.com/idemkit/idem/adapters/echov5 v0.0.0
-	github.com/idemkit/idem/adapters/gin v0.0.0
-	github.com/idemkit/idem/client v0.0.0
-	github.com/idemkit/idem/conformance v0.0.0
-	github.com/idemkit/idem/core v0.0.0
-	github.com/idemkit/idem/otel v0.0.0
-	github.com/idemkit/idem/stores/memory v0.0.0
-	github.com/idemkit/idem/stores/mysql v0.0.0
-	github.com/idemkit/idem/stores/pgx v0.0.0
-	github.com/idemkit/idem/stores/redis v0.0.0
+	github.com/idemkit/idem/adapters/chi v0.1.0
+	github.com/idemkit/idem/adapters/echo v0.1.0
+	github.com/idemkit/idem/adapters/echov5 v0.1.0
+	github.com/idemkit/idem/adapters/gin v0.1.0
+	github.com/idemkit/idem/client v0.1.0
+	github.com/idemkit/idem/conformance v0.1.0
+	github.com/idemkit/idem/core v0.1.0
+	github.com/idemkit/idem/otel v0.1.0
+	github.com/idemkit/idem/stores/memory v0.1.0
+	github.com/idemkit/idem/stores/mysql v0.1.0
+	github.com/idemkit/idem/stores/pgx v0.1.0
+	github.com/idemkit/idem/stores/redis v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/labstack/echo/v5 v5.4.4

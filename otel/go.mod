@@ -3,9 +3,9 @@ module github.com/idemkit/idem/otel
 go 1.26.0
 
 require (
-	github.com/idemkit/idem/conformance v0.0.0
-	github.com/idemkit/idem/core v0.0.0
-	github.com/idemkit/idem/stores/memory v0.0.0
+	github.com/idemkit/idem/conformance v0.1.0
+	github.com/idemkit/idem/core v0.1.0
+	github.com/idemkit/idem/stores/memory v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

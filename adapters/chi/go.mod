@@ -4,9 +4,9 @@ go 1.26
 
 require (
 	github.com/go-chi/chi/v5 v5.5.0
-	github.com/idemkit/idem/conformance v0.0.0
-	github.com/idemkit/idem/core v0.0.0
-	github.com/idemkit/idem/stores/memory v0.0.0
+	github.com/idemkit/idem/conformance v0.1.0
+	github.com/idemkit/idem/core v0.1.0
+	github.com/idemkit/idem/stores/memory v0.1.0
 )
 
 replace (

@@ -3,9 +3,9 @@ module github.com/idemkit/idem/adapters/echo
 go 1.26
 
 require (
-	github.com/idemkit/idem/conformance v0.0.0
-	github.com/idemkit/idem/core v0.0.0
-	github.com/idemkit/idem/stores/memory v0.0.0
+	github.com/idemkit/idem/conformance v0.1.0
+	github.com/idemkit/idem/core v0.1.0
+	github.com/idemkit/idem/stores/memory v0.1.0
 	github.com/labstack/echo/v4 v4.16.0
 )
 

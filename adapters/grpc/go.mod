@@ -3,10 +3,10 @@ module github.com/idemkit/idem/adapters/grpc
 go 1.26.0
 
 require (
-	github.com/idemkit/idem/core v0.0.0
-	github.com/idemkit/idem/stores/memory v0.0.0
-	github.com/idemkit/idem/stores/pgx v0.0.0
-	github.com/idemkit/idem/stores/redis v0.0.0
+	github.com/idemkit/idem/core v0.1.0
+	github.com/idemkit/idem/stores/memory v0.1.0
+	github.com/idemkit/idem/stores/pgx v0.1.0
+	github.com/idemkit/idem/stores/redis v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c

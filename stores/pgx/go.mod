@@ -3,8 +3,8 @@ module github.com/idemkit/idem/stores/pgx
 go 1.26
 
 require (
-	github.com/idemkit/idem/conformance v0.0.0
-	github.com/idemkit/idem/core v0.0.0
+	github.com/idemkit/idem/conformance v0.1.0
+	github.com/idemkit/idem/core v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jackc/puddle/v2 v2.2.3
 )

@@ -3,8 +3,8 @@ module github.com/idemkit/idem/stores/redis
 go 1.26.0
 
 require (
-	github.com/idemkit/idem/conformance v0.0.0
-	github.com/idemkit/idem/core v0.0.0
+	github.com/idemkit/idem/conformance v0.1.0
+	github.com/idemkit/idem/core v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
