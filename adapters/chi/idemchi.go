@@ -1,7 +1,9 @@
 package idemchi
 
 import (
+	"cmp"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -52,135 +54,184 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) func(http.Handler) htt
 // look-up allocates nothing once warm.
 var lookups = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 
-// routeTemplate returns the full route template chi routes r to and true,
-// or false when chi routes r nowhere (404, 405).
+// routeTemplate returns the route template chi routes r to, as chi's
+// RoutePattern writes it, and true; or false when chi routes r nowhere
+// (404, 405).
 //
-// It asks the root router (rctx.Routes) with a fresh routing context, which
-// works before the handler runs (top-level r.Use) as well as after (r.With,
-// r.Group) and inside sub-routers, where the patterns matched so far
-// (rctx.RoutePatterns) are only part of the template. The path is the one
-// chi routes by: rctx.RoutePath when set, else the escaped URL path. Inside
-// a mounted sub-router chi has shifted rctx.RoutePath to the sub-router's
-// part of the path, so the look-up is also made with the URL path, and
-// with the path the mounts matched so far joined to rctx.RoutePath (which
-// finds paths rewritten before routing, as by middleware.StripSlashes),
-// that one first when chi is known to have entered the sub-router. An
-// answer counts only when it extends the patterns and URL parameters chi
-// has matched so far.
-//
-// chi's Find stops at the bare mount point of a sub-router ("/api" for
-// r.Mount("/api", sub)), where chi's routing goes on into sub with the
-// path "/". Looked up before routing (top-level r.Use), such a request is
-// protected even when sub has no "/" route and chi then answers 404, and
-// its template is the mount point's ("/api") even when sub routes "/"
-// with a catch-all, which chi's RoutePattern writes "/api/*". Below the
-// mount point (in sub, or after routing), the look-up goes on into sub.
+// It asks chi's Find on the root router (rctx.Routes), with a fresh
+// routing context, for the path the root routes by. Find descends into
+// mounted sub-routers, and answers before routing (a top-level r.Use) as
+// well as after (r.With, r.Group, a sub-router's r.Use), when an answer
+// counts only if it extends the patterns and URL parameters chi has
+// matched so far.
 func routeTemplate(r *http.Request) (string, bool) {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil || rctx.Routes == nil {
-		// Not under a chi router: scope by method and namespace only.
-		return "", true
+		return "", true // not under a chi router: scope by method and namespace only
 	}
-	method := rctx.RouteMethod
-	if method == "" {
-		method = r.Method
-	}
-	urlPath := r.URL.RawPath
-	if urlPath == "" {
-		urlPath = r.URL.Path
-	}
-	if urlPath == "" {
-		urlPath = "/"
-	}
-	path := rctx.RoutePath
-	if path == "" {
-		path = urlPath
-	}
+	l := lookup{rctx: rctx, method: cmp.Or(rctx.RouteMethod, r.Method), tctx: lookups.Get().(*chi.Context)}
+	defer lookups.Put(l.tctx)
+	urlPath := cmp.Or(r.URL.RawPath, r.URL.Path, "/") // as chi's routeHTTP takes it
+	path := cmp.Or(rctx.RoutePath, urlPath)
 	known := rctx.RoutePatterns
-
-	tctx := lookups.Get().(*chi.Context)
-	defer lookups.Put(tctx)
-	find := func(path string) (string, bool) {
-		tctx.Reset()
-		p := rctx.Routes.Find(tctx, method, path)
-		if p == "" {
-			return "", false
-		}
-		if !extends(tctx.RoutePatterns, known) || !sameParams(tctx.URLParams, rctx.URLParams) {
-			// Find stops at the bare mount point of a sub-router ("/api"
-			// or "/api/" for r.Mount("/api", sub)), where chi's routing
-			// goes on into sub with the path "/": go on when the
-			// middleware runs below that point.
-			if len(tctx.RoutePatterns) >= len(known) || !extends(known, tctx.RoutePatterns) ||
-				!descend(rctx.Routes, tctx, method) || !extends(tctx.RoutePatterns, known) ||
-				!sameParams(tctx.URLParams, rctx.URLParams) {
-				return "", false
-			}
-			p = strings.Join(tctx.RoutePatterns, "")
-		}
-		return normalize(p), true
-	}
 	if len(known) == 0 {
-		return find(path)
+		return l.find(path)
 	}
-	// The path the mounts matched so far joined to rctx.RoutePath, deepest
-	// mount first.
-	mounted := func() (string, bool) {
-		if rctx.RoutePath == "" {
-			return "", false
-		}
-		mounts := mountPaths(known, rctx.URLParams.Values)
-		for i := len(mounts) - 1; i >= 0; i-- {
-			if route, ok := find(mounts[i] + rctx.RoutePath); ok {
-				return route, true
-			}
-		}
-		return "", false
+	// The patterns before the last are mounts chi has entered; the last
+	// is a route, or a mount chi may have entered.
+	mounts := known[:len(known)-1]
+	if entered(r, rctx) {
+		mounts = known
 	}
-	// Below a mount (chi's mount handler has cleared the value of its
-	// "*"), rctx.RoutePath is the sub-router's part of the path. A look-up
-	// of that part from the root can match some other route, so the URL
-	// path comes first when it ends with that part (nothing rewrote it),
-	// then the path rebuilt from the mounts.
-	below := strings.HasSuffix(known[len(known)-1], "/*") && clearedWildcard(rctx.URLParams)
-	triedURL := false
-	if below {
-		if strings.HasSuffix(urlPath, rctx.RoutePath) {
-			triedURL = true
-			if route, ok := find(urlPath); ok {
-				return route, true
-			}
-		}
-		if route, ok := mounted(); ok {
-			return route, true
-		}
+	if len(mounts) > 0 {
+		path = rootPath(mounts, rctx.URLParams.Values, rctx.RoutePath, urlPath)
 	}
-	if route, ok := find(path); ok {
+	if route, ok := l.find(path); ok {
 		return route, true
 	}
-	if path != urlPath && !triedURL {
-		if route, ok := find(urlPath); ok {
-			return route, true
-		}
-	}
-	if !below {
-		if route, ok := mounted(); ok {
-			return route, true
-		}
-	}
 	if !strings.HasSuffix(known[len(known)-1], "*") {
-		// Inline middleware after chi matched a route: the patterns so
-		// far are the whole template.
+		// After chi matched a route (inline middleware), the patterns so
+		// far are the template, even where a middleware has rewritten
+		// RoutePath since.
 		return rctx.RoutePattern(), true
 	}
-	// In front of a sub-router that does not route the rest of the path.
-	return "", false
+	return "", false // in front of a sub-router that does not route the rest
 }
 
-// descend continues a look-up by routes that ended at the bare mount point
-// of a sub-router (the last of tctx.RoutePatterns) into that sub-router,
-// with the path "/", as chi's routing does. It reports whether the
-// sub-router routes that path.
+// entered reports whether chi has entered the sub-router mounted where
+// the last of rctx.RoutePatterns matched. chi's mount handler sets
+// rctx.RoutePath to what is left, "/" at a bare mount point ("/api" for
+// r.Mount("/api", sub)) or for an empty value of the mount's "*", which it
+// clears in rctx.URLParams (not in r.PathValue). A value that was empty
+// already leaves rctx.RoutePath, if set, ending in "/".
+func entered(r *http.Request, rctx *chi.Context) bool {
+	keys, values, rest := rctx.URLParams.Keys, rctx.URLParams.Values, rctx.RoutePath
+	if !strings.HasSuffix(rctx.RoutePatterns[len(rctx.RoutePatterns)-1], "/*") {
+		return rest == "/"
+	}
+	n := len(keys) - 1
+	if n < 0 || keys[n] != "*" || n >= len(values) || values[n] != "" || rest == "" {
+		return false
+	}
+	return rest == "/" || !strings.HasSuffix(rest, "/") || r.PathValue("*") != ""
+}
+
+// A lookup asks the root router where a path goes, for a request chi may
+// have routed part of the way.
+type lookup struct {
+	rctx   *chi.Context // the request's
+	method string
+	tctx   *chi.Context // scratch
+}
+
+// find returns the template chi's Find gives path from the root, when it
+// extends the patterns and URL parameters chi has matched so far.
+func (l *lookup) find(path string) (string, bool) {
+	known, tctx := l.rctx.RoutePatterns, l.tctx
+	tctx.Reset()
+	p := ""
+	if path != "" {
+		p = l.rctx.Routes.Find(tctx, l.method, path)
+	}
+	if p == "" {
+		return "", false
+	}
+	if len(tctx.RoutePatterns) < len(known) && extends(known, tctx.RoutePatterns) {
+		if !descend(l.rctx.Routes, tctx, l.method) {
+			return "", false
+		}
+		p = tctx.RoutePattern()
+	}
+	if !extends(tctx.RoutePatterns, known) || !sameParams(tctx.URLParams, l.rctx.URLParams) {
+		return "", false
+	}
+	return normalize(p), true
+}
+
+// rootPath returns the path from the root that leads chi's Find through
+// mounts, patterns of sub-routers chi has entered, with values (the URL
+// parameter values, in order) filled in, and on with rest in the deepest;
+// "" when the values do not fit.
+//
+// chi keeps no path from the root: its mount handler shifts
+// rctx.RoutePath (rest) to the part a sub-router routes, and clears the
+// value of the mount's "*".
+func rootPath(mounts, values []string, rest, urlPath string) string {
+	w := pathWriter{url: urlPath}
+	for _, p := range mounts {
+		wild := strings.HasSuffix(p, "/*")
+		if wild {
+			p = p[:len(p)-2] // rest begins with the mount's "/"
+		}
+		for i := 0; i < len(p); i++ {
+			if p[i] != '{' {
+				continue
+			}
+			// A parameter, perhaps with a regexp holding braces.
+			depth, end := 0, -1
+			for j := i; j < len(p) && end < 0; j++ {
+				switch p[j] {
+				case '{':
+					depth++
+				case '}':
+					if depth--; depth == 0 {
+						end = j
+					}
+				}
+			}
+			if end < 0 || len(values) == 0 {
+				return ""
+			}
+			w.add(p[:i])
+			w.add(values[0])
+			p, values, i = p[end+1:], values[1:], -1
+		}
+		w.add(p)
+		if !wild {
+			// The bare mount point of a sub-router ("/api" for
+			// r.Mount("/api", sub)): chi routes "/" in sub from here,
+			// where its Find stops and find descends.
+			return w.String()
+		}
+		if len(values) == 0 || values[0] != "" {
+			return "" // not a mount chi has entered: it clears the value of "*"
+		}
+		values = values[1:]
+	}
+	w.add(rest)
+	return w.String()
+}
+
+// pathWriter builds a path, without a copy while it is a prefix of url.
+type pathWriter struct {
+	url string
+	n   int    // the length of the path, while it is url[:n]
+	b   []byte // the path, once it is not
+}
+
+func (w *pathWriter) add(s string) {
+	switch {
+	case w.b == nil && strings.HasPrefix(w.url[w.n:], s):
+		w.n += len(s)
+	case w.b == nil:
+		w.b = append(append(make([]byte, 0, w.n+len(s)+32), w.url[:w.n]...), s...)
+	default:
+		w.b = append(w.b, s...)
+	}
+}
+
+func (w *pathWriter) String() string {
+	if w.b == nil {
+		return w.url[:w.n]
+	}
+	return string(w.b)
+}
+
+// descend continues a look-up that ended at the bare mount point of a
+// sub-router (the last of tctx.RoutePatterns) into that sub-router with
+// the path "/", as chi's routing does, and reports whether it routes
+// there. chi's Find cannot: the bare mount point's node holds no
+// sub-router, so the walk goes through Routes().
 func descend(routes chi.Routes, tctx *chi.Context, method string) bool {
 	pats := tctx.RoutePatterns
 	for i, p := range pats {
@@ -202,72 +253,15 @@ func descend(routes chi.Routes, tctx *chi.Context, method string) bool {
 	return routes.Find(tctx, method, "/") != ""
 }
 
-// mountPaths returns, for each leading pattern of known that mounts a
-// sub-router ("/api/*", or a bare mount point such as "/api/" that more
-// patterns follow), the concrete path it and the patterns before it
-// matched ("/api"), with values (the URL parameter values of known, in
-// order) filled in.
-func mountPaths(known, values []string) []string {
-	var out []string
-	prefix := ""
-	for i, p := range known {
-		if !strings.HasSuffix(p, "/*") && i == len(known)-1 {
-			break
-		}
-		var b strings.Builder
-		b.WriteString(prefix)
-		for i := 0; i < len(p); i++ {
-			switch p[i] {
-			case '{': // a parameter, perhaps with a regexp holding braces
-				depth, j := 0, i
-				for ; j < len(p); j++ {
-					if p[j] == '{' {
-						depth++
-					} else if p[j] == '}' {
-						if depth--; depth == 0 {
-							break
-						}
-					}
-				}
-				if j == len(p) || len(values) == 0 {
-					return out
-				}
-				b.WriteString(values[0])
-				values, i = values[1:], j
-			case '*':
-				if len(values) == 0 {
-					return out
-				}
-				values = values[1:]
-			default:
-				b.WriteByte(p[i])
-			}
-		}
-		prefix = strings.TrimSuffix(b.String(), "/")
-		out = append(out, prefix)
-	}
-	return out
-}
-
-// clearedWildcard reports whether the last URL parameter chi matched is a
-// "*" with no value, as chi's mount handler leaves it for the sub-router.
-func clearedWildcard(p chi.RouteParams) bool {
-	n := len(p.Keys) - 1
-	return n >= 0 && p.Keys[n] == "*" && n < len(p.Values) && p.Values[n] == ""
-}
-
 // sameParams reports whether a look-up matched the URL parameters chi has
-// matched so far (known), with the same values: a path relative to a
-// sub-router can also match from the root, through the same patterns with
-// other values ("/orders/7" as /{tenant}=orders/{id}=7 where chi routed
-// /acme/orders/7). Values of "*" are not compared: chi's mount handler
-// clears them.
+// matched so far (known), with the same values but for the "*" values
+// that chi's mount handler cleared.
 func sameParams(found, known chi.RouteParams) bool {
 	if len(found.Keys) < len(known.Keys) || len(found.Values) < len(known.Values) {
 		return false
 	}
 	for i, k := range known.Keys {
-		if found.Keys[i] != k || k != "*" && i < len(known.Values) && found.Values[i] != known.Values[i] {
+		if found.Keys[i] != k || i < len(known.Values) && found.Values[i] != known.Values[i] && !(k == "*" && known.Values[i] == "") {
 			return false
 		}
 	}
@@ -276,19 +270,12 @@ func sameParams(found, known chi.RouteParams) bool {
 
 // extends reports whether patterns starts with known.
 func extends(patterns, known []string) bool {
-	if len(patterns) < len(known) {
-		return false
-	}
-	for i, k := range known {
-		if patterns[i] != k {
-			return false
-		}
-	}
-	return true
+	return len(patterns) >= len(known) && slices.Equal(patterns[:len(known)], known)
 }
 
 // normalize writes a template as chi's Context.RoutePattern does: no "/*/"
-// joins between a mount and its sub-router, no trailing slash.
+// joins between a mount and its sub-router, no trailing slash. (Find's
+// answer needs this; RoutePattern would join and allocate again.)
 func normalize(p string) string {
 	for strings.Contains(p, "/*/") {
 		p = strings.ReplaceAll(p, "/*/", "/")

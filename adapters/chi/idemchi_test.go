@@ -340,6 +340,11 @@ func TestRouteTemplate(t *testing.T) {
 			r.Post("/orders/{id}/", ok)
 			return r
 		}},
+		{"StripSlashes inline, after routing", "/orders/7/", "/orders/{id}", func(mw func(http.Handler) http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.With(middleware.StripSlashes, mw).Post("/orders/{id}/", ok)
+			return r
+		}},
 		{"top-level Use, Route", "/api/orders/7", "/api/orders/{id}", func(mw func(http.Handler) http.Handler) http.Handler {
 			r := chi.NewRouter()
 			r.Use(mw)
@@ -534,9 +539,9 @@ func TestNestedMiddleware(t *testing.T) {
 }
 
 // TestRouteTemplateSubRouters covers sub-router layouts where the part of
-// the path a sub-router routes also routes from the root, and bare mount
-// points, with the middleware inside the sub-router: the template is
-// chi's, and the request is protected.
+// the path a sub-router routes also routes from the root, bare mount
+// points, and a rewritten path beside a catch-all: the template is chi's,
+// and the request is protected.
 func TestRouteTemplateSubRouters(t *testing.T) {
 	ok := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }
 	for _, c := range []struct {
@@ -575,6 +580,17 @@ func TestRouteTemplateSubRouters(t *testing.T) {
 		{"catch-all at a bare mount point, With", "/files", "/files/*", func(mw func(http.Handler) http.Handler) http.Handler {
 			r := chi.NewRouter()
 			r.Route("/files", func(r chi.Router) { r.With(mw).Post("/*", ok) })
+			return r
+		}},
+		// The URL path, which StripSlashes rewrote, routes to the
+		// catch-all: the path chi routes by goes to /orders/{id}.
+		{"StripSlashes, then With before a Mount with a catch-all", "/api/orders/7/", "/api/orders/{id}", func(mw func(http.Handler) http.Handler) http.Handler {
+			sub := chi.NewRouter()
+			sub.Post("/*", ok)
+			sub.Post("/orders/{id}", ok)
+			r := chi.NewRouter()
+			r.Use(middleware.StripSlashes)
+			r.With(mw).Mount("/api", sub)
 			return r
 		}},
 	} {
