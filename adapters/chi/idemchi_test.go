@@ -161,7 +161,9 @@ func do(h http.Handler, method, target, key, body string) result {
 
 func (r result) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
 
-func TestStyles(t *testing.T) {
+// TestMountingStyles checks, in each mounting style, the template that
+// scopes keys, what passes through, error pages and panics.
+func TestMountingStyles(t *testing.T) {
 	for _, s := range styles {
 		t.Run(s.name, func(t *testing.T) {
 			// Each case gets a fresh fixture, engine and router.
@@ -249,9 +251,9 @@ func TestStyles(t *testing.T) {
 	}
 }
 
-// TestWriters covers responses the fixture does not make: status only,
-// nothing written, and a flushed stream.
-func TestWriters(t *testing.T) {
+// TestStatusOnlyAndStreamedResponses covers responses the fixture does
+// not make: status only, nothing written, and a flushed stream.
+func TestStatusOnlyAndStreamedResponses(t *testing.T) {
 	runs := 0
 	routes := []route{
 		{"POST", "/accepted", true, nil, func(w http.ResponseWriter, r *http.Request) {
