@@ -6,27 +6,16 @@ import (
 	idem "github.com/idemkit/idem/core"
 )
 
-// Middleware returns chi middleware that protects the routes behind it with
-// e's policy and opts. Build it once where the router, group or route is
-// declared; it works in every place chi takes middleware. Mount it once on
-// the way to each route: for the whole router, with per-route options by
-// template in idem.ForRoute,
+// Middleware returns chi middleware that protects the routes behind it
+// with e's policy and opts; nil options are ignored. Keys are scoped by
+// the full template of the route chi matches ("/api/orders/{id}"),
+// wherever the middleware is mounted, and a request chi does not route
+// passes through untouched. Build it once, where the router is declared:
 //
-//	r.Use(idemchi.Middleware(e, idem.ForRoute("POST", "/search", idem.Optional())))
+//	r.Use(idemchi.Middleware(engine, idem.ForRoute("POST", "/search", idem.Optional())))
 //
-// or, on a router without that, per route and group:
-//
-//	r.With(idemchi.Middleware(e, idem.Optional())).Post("/search", search)
-//	r.Group(func(r chi.Router) { r.Use(idemchi.Middleware(e)); r.Post("/orders", create) })
-//
-// A middleware behind one that already protects the request passes it
-// through: the outer one's policy applies, the inner one's options do not.
-//
-// Keys are scoped by the full chi route template of the request
-// ("/api/orders/{id}"), the same string in every mounting style. A request
-// that chi does not route (404, 405) passes through untouched. Requests with
-// a method the engine does not protect go to the engine's skip path without
-// a route look-up.
+// See the package documentation for mounting styles, nesting, what
+// passes through, and panics.
 func Middleware(e *idem.Engine, opts ...idem.RouteOption) func(http.Handler) http.Handler {
 	p := e.Policy(opts...)
 	return func(next http.Handler) http.Handler {

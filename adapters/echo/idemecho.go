@@ -7,23 +7,18 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// Middleware returns Echo middleware that protects the routes it wraps with
-// the engine's policy and opts. Build it once where it is mounted: with
-// Echo.Use for every route (naming routes in opts with [idem.ForRoute] and
-// Echo's syntax, "/orders/:id"), or as group or route middleware with the
-// options of those routes; not both on one route: a second middleware
-// inside one that protects the request passes it through, so the outer
-// one's options apply and its own do not. Never mount it with Echo.Pre: no
-// route is known there yet, and every request would pass through
-// unprotected.
+// Middleware returns Echo middleware that protects the routes it wraps
+// with e's policy and opts; nil options are ignored. Keys are scoped by
+// the template of the route Echo matched (c.Path(), "/orders/:id"),
+// wherever the middleware is mounted (but not with Echo.Pre), and a
+// request Echo does not route passes through untouched. A protected
+// handler's error is rendered inside, so its page is stored and replayed.
+// Build it once, where the router is declared:
 //
-// Keys are scoped by c.Path(), the route template Echo matched. Requests
-// with a method the engine does not protect, and requests that matched no
-// route of their method (Echo's 404 and 405, a group's catch-all included),
-// go to the next handler untouched. A protected handler's error is answered
-// inside the middleware with c.Error, so Echo's error page is what is
-// stored and replayed, and the middleware returns nil. Mount panic
-// recovery (middleware.Recover) before it.
+//	e.Use(idemecho.Middleware(engine, idem.ForRoute("POST", "/search", idem.Optional())))
+//
+// See the package documentation for mounting styles, nesting, what
+// passes through, error pages and panics.
 func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
 	p := e.Policy(opts...)
 	known := new(routeSet)

@@ -133,8 +133,7 @@ func (b *writer) Size() int     { return b.size }
 func (b *writer) Written() bool { return b.size != -1 }
 
 // Flush sends the status and what was written so far; under a claim the
-// engine then stores the status and headers without the body and streams
-// the rest.
+// response then streams (see the package documentation).
 func (b *writer) Flush() {
 	b.send()
 	_ = http.NewResponseController(b.w).Flush()
