@@ -611,3 +611,29 @@ func TestRouteTemplateSubRouters(t *testing.T) {
 		})
 	}
 }
+
+// TestNilOptions checks that nil options, given to the middleware or
+// inside idem.ForRoute, are ignored: the other options apply.
+func TestNilOptions(t *testing.T) {
+	ok := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }
+	e, _ := newEngine(t)
+	r := chi.NewRouter()
+	r.Group(func(r chi.Router) {
+		r.Use(idemchi.Middleware(e, nil, idem.ForRoute("POST", "/free", nil, idem.Optional()), nil))
+		r.Post("/free", ok)
+		r.Post("/strict", ok)
+	})
+	r.With(idemchi.Middleware(e, nil, idem.Optional())).Post("/opt", ok)
+	for _, c := range []struct {
+		target, key string
+		code        int
+		replayed    bool
+	}{
+		{"/free", "", 201, false}, {"/strict", "", 400, false}, {"/opt", "", 201, false},
+		{"/strict", "k", 201, false}, {"/strict", "k", 201, true},
+	} {
+		if got := do(r, "POST", c.target, c.key, ""); got.code != c.code || got.replayed() != c.replayed {
+			t.Errorf("POST %s key %q: %d replayed=%v, want %d replayed=%v", c.target, c.key, got.code, got.replayed(), c.code, c.replayed)
+		}
+	}
+}

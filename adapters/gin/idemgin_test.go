@@ -398,3 +398,29 @@ func TestNestedMiddleware(t *testing.T) {
 		t.Errorf("no key under the outer policy: %d %q, want 400", w.Code, w.Body)
 	}
 }
+
+// TestNilOptions checks that nil options, given to the middleware or
+// inside idem.ForRoute, are ignored: the other options apply.
+func TestNilOptions(t *testing.T) {
+	e, _ := newEngine(t)
+	ok := func(c *gin.Context) { c.String(201, "ok") }
+	r := gin.New()
+	r.Use(idemgin.Middleware(e, nil, idem.ForRoute("POST", "/free", nil, idem.Optional()), nil))
+	r.POST("/free", ok)
+	r.POST("/strict", ok)
+	r2 := gin.New()
+	r2.POST("/opt", idemgin.Middleware(e, nil, idem.Optional()), ok)
+	for _, tc := range []struct {
+		h           http.Handler
+		target, key string
+		code        int
+		replayed    bool
+	}{
+		{r, "/free", "", 201, false}, {r, "/strict", "", 400, false}, {r2, "/opt", "", 201, false},
+		{r, "/strict", "k", 201, false}, {r, "/strict", "k", 201, true},
+	} {
+		if w := send(tc.h, "POST", tc.target, tc.key, ""); w.Code != tc.code || replayed(w) != tc.replayed {
+			t.Errorf("POST %s key %q: %d replayed=%v, want %d replayed=%v", tc.target, tc.key, w.Code, replayed(w), tc.code, tc.replayed)
+		}
+	}
+}
