@@ -51,8 +51,9 @@
 // itself; inside a mounted sub-router it completes the part chi has
 // matched. (One exception: a request for the bare mount point of a
 // sub-router, "/files" for r.Mount("/files", sub), that sub routes with a
-// catch-all "/*" route is scoped by "/files" with the middleware at the
-// top of the router, and by chi's "/files/*" below it.)
+// catch-all "/*" route is scoped by "/files" with the middleware in front
+// of sub, at the top of the router or in sub's r.Use, and by chi's
+// "/files/*" with the middleware on that route.)
 //
 // A request the router does not route (404, or 405 for a method the path
 // does not have) passes through untouched, whatever its Idempotency-Key
