@@ -161,7 +161,9 @@ func do(h http.Handler, method, target, key, body string) result {
 
 func (r result) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
 
-func TestStyles(t *testing.T) {
+// TestMountingStyles checks, in each mounting style, the template that
+// scopes keys, what passes through, error pages and panics.
+func TestMountingStyles(t *testing.T) {
 	for _, s := range styles {
 		t.Run(s.name, func(t *testing.T) {
 			// Each case gets a fresh fixture, engine and router.
@@ -249,9 +251,9 @@ func TestStyles(t *testing.T) {
 	}
 }
 
-// TestWriters covers responses the fixture does not make: status only,
-// nothing written, and a flushed stream.
-func TestWriters(t *testing.T) {
+// TestStatusOnlyAndStreamedResponses covers responses the fixture does
+// not make: status only, nothing written, and a flushed stream.
+func TestStatusOnlyAndStreamedResponses(t *testing.T) {
 	runs := 0
 	routes := []route{
 		{"POST", "/accepted", true, nil, func(w http.ResponseWriter, r *http.Request) {
@@ -338,6 +340,11 @@ func TestRouteTemplate(t *testing.T) {
 			r := chi.NewRouter()
 			r.Use(mw)
 			r.Post("/orders/{id}/", ok)
+			return r
+		}},
+		{"StripSlashes inline, after routing", "/orders/7/", "/orders/{id}", func(mw func(http.Handler) http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.With(middleware.StripSlashes, mw).Post("/orders/{id}/", ok)
 			return r
 		}},
 		{"top-level Use, Route", "/api/orders/7", "/api/orders/{id}", func(mw func(http.Handler) http.Handler) http.Handler {
@@ -534,9 +541,9 @@ func TestNestedMiddleware(t *testing.T) {
 }
 
 // TestRouteTemplateSubRouters covers sub-router layouts where the part of
-// the path a sub-router routes also routes from the root, and bare mount
-// points, with the middleware inside the sub-router: the template is
-// chi's, and the request is protected.
+// the path a sub-router routes also routes from the root, bare mount
+// points, and a rewritten path beside a catch-all: the template is chi's,
+// and the request is protected.
 func TestRouteTemplateSubRouters(t *testing.T) {
 	ok := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }
 	for _, c := range []struct {
@@ -577,6 +584,17 @@ func TestRouteTemplateSubRouters(t *testing.T) {
 			r.Route("/files", func(r chi.Router) { r.With(mw).Post("/*", ok) })
 			return r
 		}},
+		// The URL path, which StripSlashes rewrote, routes to the
+		// catch-all: the path chi routes by goes to /orders/{id}.
+		{"StripSlashes, then With before a Mount with a catch-all", "/api/orders/7/", "/api/orders/{id}", func(mw func(http.Handler) http.Handler) http.Handler {
+			sub := chi.NewRouter()
+			sub.Post("/*", ok)
+			sub.Post("/orders/{id}", ok)
+			r := chi.NewRouter()
+			r.Use(middleware.StripSlashes)
+			r.With(mw).Mount("/api", sub)
+			return r
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e, rec := newEngine(t)
@@ -591,5 +609,31 @@ func TestRouteTemplateSubRouters(t *testing.T) {
 				t.Errorf("routes %q, want %q twice", got, c.want)
 			}
 		})
+	}
+}
+
+// TestNilOptions checks that nil options, given to the middleware or
+// inside idem.ForRoute, are ignored: the other options apply.
+func TestNilOptions(t *testing.T) {
+	ok := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }
+	e, _ := newEngine(t)
+	r := chi.NewRouter()
+	r.Group(func(r chi.Router) {
+		r.Use(idemchi.Middleware(e, nil, idem.ForRoute("POST", "/free", nil, idem.Optional()), nil))
+		r.Post("/free", ok)
+		r.Post("/strict", ok)
+	})
+	r.With(idemchi.Middleware(e, nil, idem.Optional())).Post("/opt", ok)
+	for _, c := range []struct {
+		target, key string
+		code        int
+		replayed    bool
+	}{
+		{"/free", "", 201, false}, {"/strict", "", 400, false}, {"/opt", "", 201, false},
+		{"/strict", "k", 201, false}, {"/strict", "k", 201, true},
+	} {
+		if got := do(r, "POST", c.target, c.key, ""); got.code != c.code || got.replayed() != c.replayed {
+			t.Errorf("POST %s key %q: %d replayed=%v, want %d replayed=%v", c.target, c.key, got.code, got.replayed(), c.code, c.replayed)
+		}
 	}
 }

@@ -28,7 +28,7 @@ const (
 var routeCorpus = []struct {
 	spec  string
 	style uint8
-	flags uint8  // 1: decoy routes, 2: StripSlashes and a trailing slash, 4: Mount instead of Route
+	flags uint8  // 1: decoy routes, 2: StripSlashes and a trailing slash, 4: Mount instead of Route, 8: a catch-all decoy in every router
 	vals  string // parameter values, "42,7,x" when empty
 }{
 	{"/orders/{id}", probeTopUse, 0, ""},
@@ -70,12 +70,17 @@ var routeCorpus = []struct {
 	{"/0|/0|/0", probeMountedUse, 0, "0"},
 	{"/{}|/0|/0", probeMountedUse, 3, "0"},
 	{"/{t}|/{t}|/{t}", probeMountedUse, 0, "a,a,a"},
+	// A catch-all beside the route: the URL path, which StripSlashes
+	// rewrote, routes to the catch-all from the root.
+	{"/api|/orders/{id}", probeWithMount, 10, ""},
+	{"/api|/orders/{id}", probeMountedUse, 14, ""},
+	{"/t/{tenant}|/v1|/orders/{id}", probeInnerUse, 11, ""},
 }
 
 // FuzzRouteTemplate builds chi routers from fuzzed lists of patterns,
 // sends a request that the route's pattern matches, and compares the
-// template the adapter resolves (routeTemplate, and so mountPaths and
-// normalize) with chi's own RoutePattern seen by the handler. The adapter
+// template the adapter resolves (routeTemplate, and so rootPath and
+// descend) with chi's own RoutePattern seen by the handler. The adapter
 // must never panic; when chi routes the request to the handler, the
 // adapter must protect it, and the two templates must agree (except at a
 // sub-router's bare mount point looked up before routing: see
@@ -229,6 +234,9 @@ func buildRouter(levels []string, style int, flags uint8, probe func(http.Handle
 	last := len(levels) - 1
 	var add func(r chi.Router, i int)
 	add = func(r chi.Router, i int) {
+		if flags&8 != 0 {
+			r.Post("/*", decoy) // before a Mount at "/", which chi then refuses
+		}
 		if i == last {
 			if flags&1 != 0 {
 				r.Post(levels[i]+"/decoy", decoy)
@@ -311,9 +319,9 @@ func concretePath(levels []string, values []string) string {
 }
 
 // FuzzPatternHelpers checks the helpers on any input: they never panic,
-// normalize writes a template as chi's Context.RoutePattern does, and
-// mountPaths returns at most one path per mount pattern, each extending
-// the one before.
+// normalize writes a template as chi's Context.RoutePattern does, and a
+// path rootPath rebuilds through mounts that are all "/*" ends with what
+// chi has left to route.
 func FuzzPatternHelpers(f *testing.F) {
 	for _, s := range []string{
 		"/api/*|/orders/{id}", "/t/{tenant}/*|/v1/*|/orders/{id}", "/n/{n:[0-9]{2}}/*",
@@ -328,14 +336,13 @@ func FuzzPatternHelpers(f *testing.F) {
 		if got, want := normalize(joined), (&chi.Context{RoutePatterns: known}).RoutePattern(); got != want {
 			t.Errorf("normalize(%q) = %q, chi's RoutePattern %q", joined, got, want)
 		}
-		out := mountPaths(known, strings.Split(vals, ","))
-		if len(out) > len(known) {
-			t.Errorf("mountPaths(%q) = %q: more paths than patterns", known, out)
+		got := rootPath(known, strings.Split(vals, ","), "/rest", "")
+		all := true
+		for _, p := range known {
+			all = all && strings.HasSuffix(p, "/*")
 		}
-		for i := 1; i < len(out); i++ {
-			if !strings.HasPrefix(out[i], strings.TrimSuffix(out[i-1], "/")) {
-				t.Errorf("mountPaths(%q) = %q: %q does not extend %q", known, out, out[i], out[i-1])
-			}
+		if all && got != "" && !strings.HasSuffix(got, "/rest") {
+			t.Errorf("rootPath(%q, %q) = %q: does not end with the rest", known, vals, got)
 		}
 	})
 }

@@ -1,32 +1,24 @@
 package idemecho
 
 import (
-	"maps"
 	"net/http"
-	"sync"
-	"sync/atomic"
 
 	idem "github.com/idemkit/idem/core"
 	"github.com/labstack/echo/v4"
 )
 
-// Middleware returns Echo middleware that protects the routes it wraps with
-// the engine's policy and opts. Build it once where it is mounted: with
-// Echo.Use for every route (naming routes in opts with [idem.ForRoute] and
-// Echo's syntax, "/orders/:id"), or as group or route middleware with the
-// options of those routes; not both on one route: a second middleware
-// inside one that protects the request passes it through, so the outer
-// one's options apply and its own do not. Never mount it with Echo.Pre: no
-// route is known there yet, and every request would pass through
-// unprotected.
+// Middleware returns Echo middleware that protects the routes it wraps
+// with e's policy and opts; nil options are ignored. Keys are scoped by
+// the template of the route Echo matched (c.Path(), "/orders/:id"),
+// wherever the middleware is mounted (but not with Echo.Pre), and a
+// request Echo does not route passes through untouched. A protected
+// handler's error is rendered inside, so its page is stored and replayed.
+// Build it once, where the router is declared:
 //
-// Keys are scoped by c.Path(), the route template Echo matched. Requests
-// with a method the engine does not protect, and requests that matched no
-// route of their method (Echo's 404 and 405, a group's catch-all included),
-// go to the next handler untouched. A protected handler's error is answered
-// inside the middleware with c.Error, so Echo's error page is what is
-// stored and replayed, and the middleware returns nil. Mount panic
-// recovery (middleware.Recover) before it.
+//	e.Use(idemecho.Middleware(engine, idem.ForRoute("POST", "/search", idem.Optional())))
+//
+// See the package documentation for mounting styles, nesting, what
+// passes through, error pages and panics.
 func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
 	p := e.Policy(opts...)
 	known := new(routeSet)
@@ -85,62 +77,4 @@ func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := b.next(c); err != nil {
 		c.Error(err) // the error page is what gets captured
 	}
-}
-
-// routeSet tells the routes Echo matched from its not-found routes
-// (Echo.RouteNotFound, and the catch-all a group with middleware adds),
-// which Echo v4's context cannot: both give c.Path() a template and
-// c.Handler() the same closure of Echo's, so only the route table knows.
-// A template is a matched route when the table has it for the request's
-// method, and when the table names it for no method at all (a route added
-// with Router.Add): then the request is protected rather than let through
-// (unless a not-found route has the same template: that one passes).
-// Echo never removes a route, so a matched triple is remembered and read
-// without locks; any other is looked up each time, so a route added later
-// is protected from its first request on.
-type routeSet struct {
-	mu sync.Mutex
-	m  atomic.Pointer[map[routeKey]struct{}]
-}
-
-type routeKey struct {
-	router       *echo.Router
-	method, path string
-}
-
-func (s *routeSet) matched(e *echo.Echo, r *http.Request, path string) bool {
-	router := e.Router()
-	if rs := e.Routers(); len(rs) > 0 { // Echo.Host routers, found as Echo does
-		if hr, ok := rs[r.Host]; ok {
-			router = hr
-		}
-	}
-	k := routeKey{router, r.Method, path}
-	if m := s.m.Load(); m != nil {
-		if _, ok := (*m)[k]; ok {
-			return true
-		}
-	}
-	notFound := false
-	for _, rt := range router.Routes() {
-		if rt.Path == path {
-			if rt.Method == r.Method {
-				notFound = false
-				break
-			}
-			notFound = notFound || rt.Method == echo.RouteNotFound
-		}
-	}
-	if notFound {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := make(map[routeKey]struct{})
-	if old := s.m.Load(); old != nil {
-		maps.Copy(n, *old)
-	}
-	n[k] = struct{}{}
-	s.m.Store(&n)
-	return true
 }

@@ -1,66 +1,84 @@
 // Package idemechov5 makes Echo v5 (github.com/labstack/echo/v5) handlers
-// safe to retry with the Idempotency-Key header, using an [idem.Engine].
-// For Echo v4, use github.com/idemkit/idem/adapters/echo.
+// safe to retry with the Idempotency-Key header, using an [idem.Engine]:
+// unsafe requests that carry the header run once, and their retries get
+// the stored response back. For Echo v4, use
+// github.com/idemkit/idem/adapters/echo.
 //
-// [Middleware] mounts the engine wherever Echo takes middleware, once on
-// the way to each route: either for every route, with per-route options
-// given by route template,
+// # Mounting
+//
+// Mount the middleware once on the way to each route: once for the whole
+// router, with per-route options given by route template in
+// idem.ForRoute (in Echo's route syntax),
 //
 //	e := echo.New()
-//	e.Use(middleware.Recover())          // outermost: a panic releases the key, then 500
-//	e.Use(idemechov5.Middleware(engine,  // every route
+//	e.Use(middleware.Recover())         // outermost: a panic releases the key, then 500
+//	e.Use(idemechov5.Middleware(engine, // every route
 //		idem.ForRoute("POST", "/search", idem.Optional()),
 //		idem.ForRoute("POST", "/webhooks/:source", idem.Skip()),
 //		idem.ForRoute("POST", "/payments", idem.TTL(time.Hour)),
 //	))
 //
-// or, on an Echo without it, as group and route middleware, with the
-// options where the routes are declared:
+// or where routes and groups are declared, with their options there:
 //
 //	e := echo.New()
 //	e.Use(middleware.Recover())
 //	api := e.Group("/api", idemechov5.Middleware(engine))                        // a group
 //	e.POST("/payments", pay, idemechov5.Middleware(engine, idem.TTL(time.Hour))) // one route
 //
-// Not both on one route: a middleware on the way to a route that one
-// mounted before it (with Use, or on an enclosing group) already protects
-// passes the request through, so the outer one's policy applies and the
-// inner one's options do not. With echo.NewVirtualHostHandler, mount it
-// on each host's Echo.
+// Echo.Use, group and route middleware all work; Echo.Pre does not: it
+// runs before routing, where the middleware would see no route and let
+// every request through unprotected. With echo.NewVirtualHostHandler,
+// mount it on each host's Echo. Build each middleware once, where the
+// router is declared: it compiles its options into an idem.Policy then,
+// and ignores nil options.
 //
-// # Routes
+// # Nesting
 //
-// Keys are scoped by the template of the route Echo matched, as
-// c.RouteInfo().Path names it ("/orders/:id"), together with the method
-// and the engine's namespace, so the same key sent to two routes runs
-// both, and the same key sent to /orders/1 and /orders/2 is refused with
-// 422. Echo routes before it runs Use, group and route middleware, so the
-// template is known in every mounting style; Echo.Pre middleware runs
-// before routing and is not supported: it would see no route and let
-// every request through unprotected.
+// A middleware behind one that already protects the request passes it
+// through: the outer one's policy applies and the inner one's options do
+// not.
 //
-// c.RouteInfo() also tells which requests are not the middleware's: the
-// router's own 404 and 405 answers carry a RouteInfo without a method,
-// and a not-found route (Echo.RouteNotFound, and the "/*" catch-all a
-// group with middleware registers) carries echo.RouteNotFound. Those
-// requests pass through untouched, whatever their Idempotency-Key header
-// holds, and so do requests with a method the engine does not protect
-// (GET, HEAD, ...). The answer comes from the router for each request, so
+// # Route templates
+//
+// Keys are scoped by the client's namespace, the method and the template
+// of the route the request matched, the same string wherever the
+// middleware is mounted: the same key sent to /orders/1 and /orders/2 is
+// one scope and a 422, and the same key sent to two routes runs both.
+// Echo's template is c.RouteInfo().Path ("/orders/:id"), which Echo
+// resolves before it runs Use, group and route middleware.
+//
+// A request the router does not route (404, or 405 for a method the path
+// does not have) passes through untouched, whatever its Idempotency-Key
+// header holds, and the router answers it as usual; so does a request
+// with a method the engine does not protect (GET, HEAD, OPTIONS by
+// default). A request that reaches a not-found route (Echo.RouteNotFound,
+// or the "/*" catch-all a group with middleware registers) counts as a
+// 404. c.RouteInfo() tells them apart for each request (the router's 404
+// and 405 have no method, a not-found route has echo.RouteNotFound), so
 // routes added or removed while serving (echo.NewConcurrentRouter) count
 // from their first request on.
 //
-// # Responses and errors
+// # Responses, errors and panics
 //
-// The handler writes into the engine's capture through a *echo.Response
+// The handler writes into the engine's capture through an *echo.Response
 // of its own (Status 200 and Committed false until it writes, as Echo's),
 // which echo.UnwrapResponse finds first; the context's original response
 // carries what is finally sent (the captured response, a replay or a
 // problem), so middleware outside reads the right Committed, Status and
-// Size. A protected handler's returned error is rendered inside the
-// middleware by Echo's HTTPErrorHandler, so the error page is what is
-// stored and replayed (a 5xx page releases the key), and the middleware
-// returns nil. When the request is not protected after all (an optional
-// key that is absent), the chain runs unchanged and its error is returned
-// as usual. A panic releases the key and goes on to middleware.Recover,
-// which should be mounted first.
+// Size. The response is buffered, stored, then sent; one that outgrows
+// the engine's cap (idem.WithMaxResponseBody) or that the handler flushes
+// is stored without its body (or released, as a 5xx is) and streams
+// through, and a hijacked connection releases the key. The handler reads
+// the request body as usual: the engine has read it for the fingerprint
+// and put an identical one in its place.
+//
+// A protected handler's returned error is rendered inside the middleware
+// by Echo's HTTPErrorHandler, so the error page is what is stored and
+// replayed (a 5xx page releases the key), and the middleware returns nil.
+// When the request is not protected after all (an optional key that is
+// absent), the chain runs unchanged and its error is returned as usual.
+//
+// A handler that panics has its key released, and the panic goes on to
+// the router's recovery middleware (middleware.Recover), which must sit
+// outside this middleware.
 package idemechov5

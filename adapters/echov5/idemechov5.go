@@ -8,17 +8,17 @@ import (
 )
 
 // Middleware returns Echo v5 middleware that protects the routes it wraps
-// with the engine's policy and opts, scoping keys by the matched route's
-// template (c.RouteInfo().Path). Mount it once on the way to each route,
-// after middleware.Recover: with Use, on a group or on a route, not Pre.
+// with e's policy and opts; nil options are ignored. Keys are scoped by
+// the template of the route Echo matched (c.RouteInfo().Path,
+// "/orders/:id"), wherever the middleware is mounted (but not with
+// Echo.Pre), and a request Echo does not route passes through untouched.
+// A protected handler's error is rendered inside, so its page is stored
+// and replayed. Build it once, where the router is declared:
 //
-//	e.Use(middleware.Recover(), idemechov5.Middleware(engine,
-//		idem.ForRoute("POST", "/search", idem.Optional())))
+//	e.Use(idemechov5.Middleware(engine, idem.ForRoute("POST", "/search", idem.Optional())))
 //
-// The router's 404 and 405, not-found routes and methods the engine does
-// not protect pass through untouched. A protected handler's error is
-// rendered inside by Echo's HTTPErrorHandler, so the page is what is
-// stored and replayed. See the package doc.
+// See the package documentation for mounting styles, nesting, what
+// passes through, error pages and panics.
 func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
 	p := e.Policy(opts...)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {

@@ -587,3 +587,30 @@ func TestNestedMiddleware(t *testing.T) {
 		t.Errorf("no key under the outer policy: %d %q, want 400", w.Code, w.Body)
 	}
 }
+
+// TestNilOptions checks that nil options, given to the middleware or
+// inside idem.ForRoute, are ignored: the other options apply.
+func TestNilOptions(t *testing.T) {
+	eng, _ := newEngine(t)
+	ok := func(c *echo.Context) error { return c.String(http.StatusCreated, "ok") }
+	e := newEcho()
+	e.Use(idemechov5.Middleware(eng, nil, idem.ForRoute("POST", "/free", nil, idem.Optional()), nil))
+	e.POST("/free", ok)
+	e.POST("/strict", ok)
+	e2 := newEcho()
+	e2.POST("/opt", ok, idemechov5.Middleware(eng, nil, idem.Optional()))
+	for _, tc := range []struct {
+		h           http.Handler
+		target, key string
+		code        int
+		replayed    bool
+	}{
+		{e, "/free", "", 201, false}, {e, "/strict", "", 400, false}, {e2, "/opt", "", 201, false},
+		{e, "/strict", "k", 201, false}, {e, "/strict", "k", 201, true},
+	} {
+		w := do(tc.h, "POST", tc.target, tc.key, "")
+		if got := w.Header().Get("Idempotent-Replayed") == "true"; w.Code != tc.code || got != tc.replayed {
+			t.Errorf("POST %s key %q: %d replayed=%v, want %d replayed=%v", tc.target, tc.key, w.Code, got, tc.code, tc.replayed)
+		}
+	}
+}

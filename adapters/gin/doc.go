@@ -1,11 +1,14 @@
 // Package idemgin makes Gin routes safe to retry with the Idempotency-Key
-// header, using the idem engine.
+// header, using the idem engine: unsafe requests that carry the header
+// run once, and their retries get the stored response back. The policy
+// (key parsing, problems, replay, store or release) lives in the engine;
+// this package bridges Gin to it.
 //
-// Mount the middleware once on the way to each route: either once at the
-// top of the router, with per-route options given by route template in
+// # Mounting
+//
+// Mount the middleware once on the way to each route: once for the whole
+// router, with per-route options given by route template in
 // idem.ForRoute (in Gin's route syntax),
-//
-//	engine, _ := idem.New(memstore.New())
 //
 //	router := gin.New()
 //	router.Use(gin.Recovery()) // first, so a panic is answered 500 after the key is released
@@ -14,53 +17,85 @@
 //		idem.ForRoute("POST", "/orders", idem.TTL(time.Hour)),
 //	))
 //
-// or, on a router without it, per group and per route, with the options
-// where they are declared:
+// or where routes and groups are declared, with their options there:
 //
 //	router := gin.New()
 //	router.Use(gin.Recovery())
 //	api := router.Group("/api", idemgin.Middleware(engine))
 //	router.POST("/orders", idemgin.Middleware(engine, idem.TTL(time.Hour)), createOrder)
 //
-// Not both on one route: a middleware on the way to a route that one
-// mounted before it already protects passes the request through, so the
-// outer one's policy applies and the inner one's options do not.
+// Build each middleware once, where the router is declared: it compiles
+// its options into an idem.Policy then, and ignores nil options.
 //
-// Keys are scoped by the method, the client's namespace and the route
-// template Gin matched (c.FullPath(), "/orders/:id"), so the same key on
-// /orders/1 and /orders/2 is refused with 422 while the same key on two
-// different routes is two different requests. Gin resolves the template
-// before the first handler of the chain runs, so it is known in every
-// mounting style; requests Gin does not match (404 and 405) pass through
-// untouched.
+// # Nesting
 //
-// The handlers after the middleware see a gin.ResponseWriter that writes
-// into the engine's capture with Gin's own semantics (lazy status, Written,
-// Size, WriteString, Flush, Hijack), and a c.Request whose body the engine
-// has already read and replaced with the same bytes. The policy (key
-// parsing, 400/409/413/422/503 problems, replay, store or release) lives in
-// the idem core; this package only bridges Gin to it.
+// A middleware behind one that already protects the request passes it
+// through: the outer one's policy applies and the inner one's options do
+// not.
+//
+// # Route templates
+//
+// Keys are scoped by the client's namespace, the method and the template
+// of the route the request matched, the same string wherever the
+// middleware is mounted: the same key sent to /orders/1 and /orders/2 is
+// one scope and a 422, and the same key sent to two routes runs both.
+// Gin's template is c.FullPath() ("/orders/:id"), which Gin resolves
+// before the first handler of the chain runs.
+//
+// A request the router does not route (404, or 405 for a method the path
+// does not have) passes through untouched, whatever its Idempotency-Key
+// header holds, and the router answers it as usual; so does a request
+// with a method the engine does not protect (GET, HEAD, OPTIONS by
+// default). Those requests, and the ones the engine lets through (an
+// optional key that is absent, a skipped route, a nested middleware),
+// run the rest of the chain on Gin's own writer.
+//
+// # Responses and panics
+//
+// The handlers after the middleware write through a gin.ResponseWriter
+// that feeds the engine's capture with Gin's own semantics: the status
+// is sent lazily, so c.Status(201) with no body, c.AbortWithStatus and
+// WriteString are all captured, stored and replayed, and Written, Size,
+// Flush and Hijack behave as on Gin's writer. The response is buffered, stored, then sent; one that
+// outgrows the engine's cap (idem.WithMaxResponseBody) or that the
+// handler flushes is stored without its body (or released, as a 5xx is)
+// and streams through, and a hijacked connection releases the key. The
+// handler reads the request body as usual: the engine has read it for
+// the fingerprint and put an identical one in its place.
+//
+// When the engine answers without running the chain (a replay, or a 400,
+// 409, 413, 422 or 503 problem), the chain is aborted and the response is
+// written by the time the middleware returns.
+//
+// A handler that panics has its key released, and the panic goes on to
+// the router's recovery middleware (gin.Recovery), which must sit outside
+// this middleware.
 //
 // # Errors
 //
 // A handler that reports an error with c.Error or c.AbortWithError and
-// writes no body leaves the page to error-rendering middleware. Mounted
-// before (outside) this middleware, that middleware writes the page after
-// the chain returns: the key is released and nothing is stored (an
-// exactly-once transaction is rolled back), so a retry runs the handler
-// again, and the renderer sees the status and headers the handler set, as
-// without this middleware. Mounted after (inside) it, the page it writes
-// is captured, stored and replayed like any response. A handler that sets
-// a status below 400 (c.Status(201)) has succeeded even with errors in
-// c.Errors: its response is stored, and the middleware outside finds it
+// writes no body leaves the page to error-rendering middleware. When the
+// chain returns with no body written, errors in c.Errors, and no status
+// set, a status of 400 or more, or the chain aborted, the response is not
+// the handlers' to give: the engine releases the key (idem.Abandon) and
+// stores nothing (an exactly-once transaction is rolled back), so a retry
+// runs the handler again. The status and headers the handlers set go to
+// Gin's writer unsent (sent, as Gin does, if they called WriteHeaderNow
+// or AbortWithError), so that a renderer mounted before (outside) this
+// middleware sees them as without it and writes the page. Mounted after
+// (inside) this middleware, the renderer's page is the response, stored
+// and replayed like any other. A handler that sets a status below 400
+// (c.Status(201)) without aborting has succeeded whatever c.Errors
+// holds: its response is stored, and the middleware outside finds it
 // written.
 //
 // # Request context
 //
-// Values the engine puts in the request's context, such as the exactly-once
-// transaction that pgxstore.Tx returns, are in c.Request.Context(). Read
-// them from there: c itself, as a context.Context, reaches the request's
-// values only when the Gin engine's ContextWithFallback is set.
+// Values the engine puts in the request's context, such as the
+// exactly-once transaction that pgxstore.Tx returns, are in
+// c.Request.Context(). Read them from there: c itself, as a
+// context.Context, reaches the request's values only when the Gin
+// engine's ContextWithFallback is set.
 //
 //	tx, ok := pgxstore.Tx(c.Request.Context())
 package idemgin

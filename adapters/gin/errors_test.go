@@ -251,33 +251,3 @@ func (failingStore) Complete(context.Context, string, string, string, idem.Respo
 }
 
 func (failingStore) Release(context.Context, string, string, string) error { return errDown }
-
-// TestNestedMiddleware checks the middleware mounted globally and again on
-// a route: the outer one protects the request, once, and its policy
-// applies; the inner one passes through.
-func TestNestedMiddleware(t *testing.T) {
-	e, ev := newEngine(t)
-	runs := 0
-	h := func(c *gin.Context) { runs++; c.String(http.StatusCreated, "made") }
-	r := gin.New()
-	r.Use(recovery(), idemgin.Middleware(e))
-	r.POST("/x", idemgin.Middleware(e, idem.TTL(time.Hour)), h)
-	r.POST("/opt", idemgin.Middleware(e, idem.Optional()), h)
-	for i := range 2 {
-		w := send(r, "POST", "/x", "nested", "")
-		if w.Code != http.StatusCreated || w.Body.String() != "made" || replayed(w) != (i == 1) {
-			t.Errorf("request %d: %d %q replayed=%v", i, w.Code, w.Body, replayed(w))
-		}
-	}
-	if runs != 1 {
-		t.Errorf("handler ran %d times, want 1", runs)
-	}
-	if n := ev.count(); n != 2 {
-		t.Errorf("the engine saw %d requests, want 2", n)
-	}
-	// The inner middleware's Optional does not apply: the outer one
-	// requires a key.
-	if w := send(r, "POST", "/opt", "", ""); w.Code != http.StatusBadRequest {
-		t.Errorf("no key under the outer policy: %d %q, want 400", w.Code, w.Body)
-	}
-}

@@ -1,66 +1,22 @@
 package idemgin
 
 import (
-	"bufio"
-	"errors"
 	"maps"
-	"net"
-	"net/http"
 
 	"github.com/gin-gonic/gin"
 	idem "github.com/idemkit/idem/core"
 )
 
-// Middleware returns Gin middleware that protects the routes it covers with
-// e's policy and opts. Build it once, where the router, group or route is
-// declared, and mount it once on the way to each route: globally,
+// Middleware returns Gin middleware that protects the routes it covers
+// with e's policy and opts; nil options are ignored. Keys are scoped by
+// the template of the route Gin matched (c.FullPath(), "/orders/:id"),
+// wherever the middleware is mounted, and a request Gin does not route
+// passes through untouched. Build it once, where the router is declared:
 //
-//	router.Use(idemgin.Middleware(engine, // every route
-//		idem.ForRoute("POST", "/search", idem.Optional()), // options by route
-//	))
+//	router.Use(idemgin.Middleware(engine, idem.ForRoute("POST", "/search", idem.Optional())))
 //
-// or per group or route, on a router without the global one:
-//
-//	api := router.Group("/api", idemgin.Middleware(engine, idem.TTL(time.Hour)))
-//	router.POST("/search", idemgin.Middleware(engine, idem.Optional()), search)
-//
-// A second middleware on the way to a route already protected by one
-// (global and again per route) passes the request through: the outer one's
-// policy applies, and the inner one's options are ignored.
-//
-// Keys are scoped by the route template Gin matched (c.FullPath(), such as
-// "/orders/:id"), which Gin resolves before any handler of the chain runs,
-// so the result is the same wherever the middleware is mounted. Requests
-// Gin did not match (404, 405: FullPath is empty) and methods the engine
-// does not protect go on down the chain untouched, and so do requests the
-// engine does not protect after all (an optional key that is absent, a
-// skipped route, a nested middleware): their handlers write to Gin's own
-// writer.
-//
-// The handlers after the middleware write through a gin.ResponseWriter that
-// feeds the engine's capture, with Gin's own semantics: the status is sent
-// lazily, so c.Status(201) with no body, c.AbortWithStatus and WriteString
-// are all captured, stored and replayed.
-//
-// Errors: when the chain returns having written no body, set no status
-// below 400, and left errors in c.Errors (c.Error, c.AbortWithError), the
-// response is not the handlers' to give: the key is released, nothing is
-// stored, and the status and headers they set go to Gin's writer unsent
-// (sent, as Gin does, if they called WriteHeaderNow or AbortWithError), for
-// middleware outside this one to render c.Errors as the page. A retry runs
-// the handler again. To store and replay error pages instead, mount the
-// middleware that renders them after this one: the page it writes is then
-// the response. A handler that sets a status below 400 (c.Status(201)) has
-// succeeded: its response is stored whatever c.Errors holds.
-//
-// When the engine answers without running the chain (a replay, a 409, 422,
-// 400, 413 or 503), the chain is aborted and the response is written by
-// the time the middleware returns. A panic releases the key and goes on to
-// Gin's recovery middleware, which should be mounted first.
-//
-// Values the engine puts in the request's context (such as the
-// transaction of pgxstore.Tx) are reached through c.Request.Context(), not
-// through c itself, unless the Gin engine's ContextWithFallback is set.
+// See the package documentation for mounting styles, nesting, what
+// passes through, status-only responses, error pages and panics.
 func Middleware(e *idem.Engine, opts ...idem.RouteOption) gin.HandlerFunc {
 	p := e.Policy(opts...)
 	return func(c *gin.Context) {
@@ -96,184 +52,3 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) gin.HandlerFunc {
 		}
 	}
 }
-
-// writer runs the rest of the Gin chain as the engine's next handler, and
-// is the gin.ResponseWriter that chain writes to. Like Gin's own writer it
-// holds the status until the first byte, WriteHeaderNow or Flush, so
-// headers set after c.Status still go out. It goes further and holds the
-// status (and a frozen copy of the headers) past WriteHeaderNow, until the
-// first byte, Flush or the chain's end: a status-only response with
-// c.Errors can then still be left to the middleware outside.
-type writer struct {
-	c      *gin.Context
-	w      http.ResponseWriter // what the engine gave the handler
-	late   http.Header         // what Header returns once the status is written but not sent
-	hdr    http.Header         // the abandoned response's headers
-	status int
-	size   int  // -1 until the status is written
-	set    bool // the chain set the status
-	sent   bool // the status went to w
-	called bool // the engine ran the chain
-	pass   bool // ... on Gin's writer: the request is not protected here
-	left   bool // ... and left the response to the middleware outside
-}
-
-var _ gin.ResponseWriter = (*writer)(nil)
-
-// ServeHTTP runs the handlers after the middleware on w and r.
-func (b *writer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b.called = true
-	c := b.c
-	c.Request = r
-	if _, ok := w.(gin.ResponseWriter); ok {
-		// Serve passed gw through (an optional key that is absent, a
-		// skipped route, or a middleware outside that protects the
-		// request already): the chain runs on Gin's writer as if this
-		// middleware were not there. Under a claim, or failing open, w is
-		// the engine's own writer.
-		b.pass = true
-		c.Next()
-		return
-	}
-	b.w = w
-	c.Writer = b
-	c.Next()
-	if !b.sent && len(c.Errors) > 0 && (!b.set || b.status >= http.StatusBadRequest || c.IsAborted()) {
-		// No body, no success status, and errors: the page is for the
-		// middleware outside to render.
-		b.left = true
-		if idem.Abandon(w) {
-			b.hdr = w.Header() // the handler's headers, which the engine kept from gw
-		}
-		return
-	}
-	b.send()
-}
-
-// Header returns the headers of the response. Once the status is written,
-// changes have no effect, as with Gin.
-func (b *writer) Header() http.Header {
-	if b.size >= 0 && !b.sent {
-		if b.late == nil {
-			b.late = b.w.Header().Clone()
-		}
-		return b.late
-	}
-	return b.w.Header()
-}
-
-// WriteHeader records the status, which is sent with the first byte.
-// Informational statuses (103 Early Hints) go straight through.
-func (b *writer) WriteHeader(code int) {
-	switch {
-	case code <= 0 || b.Written():
-	case code < 200 && code != http.StatusSwitchingProtocols:
-		b.w.WriteHeader(code)
-	default:
-		b.status, b.set = code, true
-	}
-}
-
-// WriteHeaderNow writes the recorded status unless it was written. The
-// engine gets it with the first byte, on Flush, or when the chain returns.
-func (b *writer) WriteHeaderNow() {
-	if b.size < 0 {
-		b.size = 0
-	}
-}
-
-// send hands the status to the engine unless it has it.
-func (b *writer) send() {
-	if !b.sent {
-		b.sent = true
-		if b.size < 0 {
-			b.size = 0
-		}
-		b.w.WriteHeader(b.status)
-	}
-}
-
-func (b *writer) Write(p []byte) (int, error) {
-	b.send()
-	n, err := b.w.Write(p)
-	b.size += n
-	return n, err
-}
-
-// WriteString writes s through the engine's capture without a copy when
-// the writer supports it.
-func (b *writer) WriteString(s string) (int, error) {
-	b.send()
-	var n int
-	var err error
-	if sw, ok := b.w.(interface{ WriteString(string) (int, error) }); ok {
-		n, err = sw.WriteString(s)
-	} else {
-		n, err = b.w.Write([]byte(s))
-	}
-	b.size += n
-	return n, err
-}
-
-func (b *writer) Status() int   { return b.status }
-func (b *writer) Size() int     { return b.size }
-func (b *writer) Written() bool { return b.size != -1 }
-
-// Flush sends the status and what was written so far; under a claim the
-// engine then stores the status and headers without the body and streams
-// the rest.
-func (b *writer) Flush() {
-	b.send()
-	_ = http.NewResponseController(b.w).Flush()
-}
-
-var errHijackAfterWrite = errors.New("idemgin: hijack after the response body was written")
-
-// Hijack hands the connection over (the engine releases the key). As with
-// Gin, it fails once body bytes were written.
-func (b *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	if b.size > 0 {
-		return nil, nil, errHijackAfterWrite
-	}
-	conn, rw, err := http.NewResponseController(b.w).Hijack()
-	if err == nil {
-		b.sent = true
-		if b.size < 0 {
-			b.size = 0
-		}
-	}
-	return conn, rw, err
-}
-
-// CloseNotify returns the close channel of the first writer down the chain
-// that has one (Gin's own, as without the middleware). New code should
-// watch the request's context instead.
-func (b *writer) CloseNotify() <-chan bool {
-	for w := b.w; w != nil; {
-		//lint:ignore SA1019 gin.ResponseWriter includes http.CloseNotifier.
-		if cn, ok := w.(http.CloseNotifier); ok {
-			return cn.CloseNotify()
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			break
-		}
-		w = u.Unwrap()
-	}
-	return nil
-}
-
-// Pusher returns the http.Pusher of the writer below, or nil. Under a
-// claim the response is buffered, so there is none.
-func (b *writer) Pusher() http.Pusher {
-	switch w := b.w.(type) {
-	case gin.ResponseWriter:
-		return w.Pusher()
-	case http.Pusher:
-		return w
-	}
-	return nil
-}
-
-// Unwrap lets http.ResponseController reach the engine's writer.
-func (b *writer) Unwrap() http.ResponseWriter { return b.w }
