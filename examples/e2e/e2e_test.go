@@ -426,6 +426,7 @@ func storeArgs(t *testing.T, store string) []string {
 }
 
 func TestSharedStores(t *testing.T) {
+	t.Parallel() // it mostly waits (leases, timeouts): with the others at once
 	for _, store := range []string{"redis", "postgres", "mysql"} {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel() // each store's kill test waits out a lease
@@ -548,8 +549,10 @@ func TestSharedStores(t *testing.T) {
 // have it: two processes share the store, a retry on the other process is
 // replayed, concurrent duplicates run once, and a 5xx releases the key.
 func TestExactlyOnce(t *testing.T) {
+	t.Parallel() // it mostly waits (leases, timeouts): with the others at once
 	for _, store := range []string{"postgres", "mysql"} {
 		t.Run(store, func(t *testing.T) {
+			t.Parallel()
 			args := append(storeArgs(t, store), "-exactly-once")
 			a := start(t, "fixture", append([]string{"-framework", "chi"}, args...)...)
 			b := start(t, "fixture", append([]string{"-framework", "gin"}, args...)...)

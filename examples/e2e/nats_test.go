@@ -25,6 +25,7 @@ const natsDefault = "nats://127.0.0.1:4222"
 // side effects (rows in the payments table) after redeliveries, a kill
 // and deliberate duplicates.
 func TestNatsConsumer(t *testing.T) {
+	t.Parallel() // it mostly waits (leases, timeouts): with the others at once
 	for _, store := range []string{"postgres", "redis"} {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()

@@ -39,10 +39,12 @@ func viaProxyDSN(t *testing.T, dsn string) (*conformance.Proxy, string) {
 // fail closed with 503 within the store timeout, and once the server is
 // back the same process recovers by itself.
 func TestStoreOutage(t *testing.T) {
+	t.Parallel() // it mostly waits (leases, timeouts): with the others at once
 	const timeout = time.Second
 	for _, store := range []string{"redis", "postgres", "mysql"} {
 		for name, mode := range map[string]conformance.ProxyMode{"refuse": conformance.ProxyDown, "blackhole": conformance.ProxyBlackhole} {
 			t.Run(store+"/"+name, func(t *testing.T) {
+				t.Parallel() // each waits out store timeouts
 				args := storeArgs(t, store)
 				for i, a := range args {
 					if a == "-redis-url" || a == "-postgres-url" || a == "-mysql-dsn" {

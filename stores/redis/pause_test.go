@@ -87,6 +87,7 @@ func (p *pausedRig) untilNot(key string, limit time.Duration) (*httptest.Respons
 // lease; and a completion that times out lands later, so the retry replays
 // instead of running the handler again.
 func TestPausedRedis(t *testing.T) {
+	t.Parallel() // on servers of its own, it mostly waits
 	t.Run("a claim that lands late", func(t *testing.T) {
 		p := newPausedRig(t)
 		p.pauseFor(time.Second)

@@ -175,6 +175,7 @@ func TestReplicasRoundTrips(t *testing.T) {
 // record keeps failing so until the replica has it, and what writes
 // nothing (a replay) or does not wait (a release) goes on.
 func TestReplicasShortfall(t *testing.T) {
+	t.Parallel() // on servers of its own, it mostly waits
 	rs := startReplicated(t)
 	s := newTestStore(t, rs.client, WithReplicas(1, replicaWait))
 	ctx := t.Context()
@@ -297,6 +298,7 @@ func TestReplicasShortfall(t *testing.T) {
 // response, and the engine's background completion lands once the
 // replica is back.
 func TestReplicasEngine(t *testing.T) {
+	t.Parallel() // on servers of its own, it mostly waits
 	rs := startReplicated(t)
 	s := newTestStore(t, rs.client, WithReplicas(1, replicaWait))
 	var mu sync.Mutex

@@ -150,6 +150,7 @@ func (rig *sentinelRig) failover() {
 // keeps trying in the background, lands it on the new primary, and the
 // retry replays.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel() // on servers of its own, it mostly waits
 	for _, tc := range []struct {
 		name string
 		opts []Option
