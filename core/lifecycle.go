@@ -154,10 +154,13 @@ func (f *flight) wait(rec *Record) outcome {
 	wctx, cancel := context.WithTimeout(f.ctx, e.cfg.wait)
 	defer cancel()
 	backoff := 10 * time.Millisecond
+	// One watch serves until it fires: a store may write to register it
+	// (pgxstore marks the record), so a poll that finds nothing keeps it.
+	var wake <-chan struct{}
+	stop := func() {}
+	defer func() { stop() }()
 	for {
-		var wake <-chan struct{}
-		stop := func() {}
-		if e.notifier != nil {
+		if wake == nil && e.notifier != nil {
 			if ch, s, err := e.notifier.Watch(wctx, f.scope, f.key); err == nil {
 				wake, stop = ch, s
 			}
@@ -165,41 +168,37 @@ func (f *flight) wait(rec *Record) outcome {
 		// Look again now that the watch is in place, so a completion that
 		// happened before it is not missed.
 		res, err := f.claim()
-		if err != nil {
-			stop()
+		switch {
+		case err != nil:
 			// The key is known to be in flight: never run unprotected
 			// beside it, even with fail open.
 			f.ev.Err = err
 			f.ev.Outcome = OutcomeWaitTimeout
 			return outcome{verdict: inFlight, rec: rec}
-		}
-		if res.Acquired {
-			stop()
+		case res.Acquired:
 			return outcome{verdict: acquired}
 		}
 		rec = res.Existing
 		if rec.State != StateInProgress || rec.Fingerprint != f.fp {
-			stop()
 			return f.existing(rec, true)
 		}
 		poll := time.NewTimer(backoff)
 		select {
 		case <-wake:
+			stop()
+			wake, stop = nil, func() {}
 		case <-poll.C:
 			backoff = min(backoff*2, 500*time.Millisecond)
 		case <-deadline.C:
 			poll.Stop()
-			stop()
 			return f.existing(rec, true)
 		case <-f.ctx.Done():
 			poll.Stop()
-			stop()
 			f.ev.Err = f.ctx.Err()
 			f.ev.Outcome = OutcomeWaitTimeout
 			return outcome{verdict: inFlight, rec: rec}
 		}
 		poll.Stop()
-		stop()
 	}
 }
 
