@@ -47,8 +47,7 @@ func (f *flight) storeCall(detached bool) *storeCtx {
 	}
 	c := &f.ctxs[f.nctx]
 	f.nctx++
-	now := time.Now()
-	*c = storeCtx{parent: f.ctx, began: now, deadline: now.Add(f.e.cfg.storeTimeout), detached: detached}
+	c.init(f.ctx, f.e.cfg.storeTimeout, detached)
 	return c
 }
 

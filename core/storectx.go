@@ -32,8 +32,15 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // storeContext returns a context for one store call that ends after
 // timeout. Call cancel when the call returns.
 func storeContext(parent context.Context, timeout time.Duration, detached bool) *storeCtx {
+	c := new(storeCtx)
+	c.init(parent, timeout, detached)
+	return c
+}
+
+// init makes c a fresh context for one store call; c must not be in use.
+func (c *storeCtx) init(parent context.Context, timeout time.Duration, detached bool) {
 	now := time.Now()
-	return &storeCtx{parent: parent, began: now, deadline: now.Add(timeout), detached: detached}
+	*c = storeCtx{parent: parent, began: now, deadline: now.Add(timeout), detached: detached}
 }
 
 // storeCall starts one timed store call: its context ends after the store
