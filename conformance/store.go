@@ -134,6 +134,17 @@ var capabilityTests = []capabilityGroup{
 		{"MissingRecord", testExtendMissing},
 		{"AfterTakeover", testExtendAfterTakeover},
 	}},
+	{"Evicter", implements[idem.Evicter], []storeTest{
+		{"InProgress", testEvictInProgress},
+		{"Completed", testEvictCompleted},
+		{"WrongToken", testEvictWrongToken},
+		{"AfterTakeover", testEvictAfterTakeover},
+		{"MissingRecord", testEvictMissing},
+	}},
+	{"Clock", implements[idem.Clock], []storeTest{
+		{"NearLocalTime", testClockNearLocal},
+		{"MovesForward", testClockForward},
+	}},
 	{"Notifier", implements[idem.Notifier], []storeTest{
 		{"Complete", testWatchComplete},
 		{"Release", testWatchRelease},
@@ -146,6 +157,7 @@ var capabilityTests = []capabilityGroup{
 		{"CommitAfterBeginContextEnds", testTxCommitAfterBeginCtx},
 		{"CommitAfterTakeover", testTxCommitAfterTakeover},
 		{"RollbackThenRelease", testTxRollback},
+		{"ClaimHolderBlocksTakeover", testTxHoldsClaim},
 	}},
 }
 
@@ -503,25 +515,29 @@ func testCompleteMissing(h *harness) {
 		"a failed Complete must not create a record")
 }
 
+// testCompleteAfterLeaseEnd: a lease that ended without anyone taking the
+// key over still belongs to its token, so a late Complete lands.
 func testCompleteAfterLeaseEnd(h *harness) {
 	for _, tc := range []struct {
 		name  string
 		after time.Duration
 	}{
 		{"AtLeaseEnd", lease},
-		{"AfterLeaseEnd", lease + time.Hour},
+		{"AfterLeaseEnd", lease + time.Minute},
 	} {
 		h.t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, h.s)
 			key := "key-" + tc.name
-			h.acquire(h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0)), "there is no record")
+			c := h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0))
+			h.acquire(c, "there is no record")
 			now := h.at(tc.after)
-			err := h.complete(scopeA, key, "token-1", okResponse("late"), now, now.Add(retention))
-			h.wantLeaseLost(err, fmt.Sprintf("Complete at %s for a claim whose lease ended at %s", h.when(now), h.when(h.at(lease))))
-			// Had the late Complete been applied, the record would be
-			// completed and block this claim until its expiry.
-			h.acquire(h.newClaim(scopeA, key, "fp-2", "token-2", now),
-				"the lease has ended and the late Complete must have changed nothing")
+			resp := okResponse("late")
+			if err := h.complete(scopeA, key, "token-1", resp, now, now.Add(retention)); err != nil {
+				t.Fatalf("Complete at %s of a claim whose lease ended at %s and that nobody took over: %v, want it to land",
+					h.when(now), h.when(c.LeaseEnd), err)
+			}
+			rec := h.blocked(h.newClaim(scopeA, key, "fp-1", "token-2", now.Add(time.Second)), "the late Complete stored the record")
+			h.checkRecord("record after a late Complete", rec, completed(c, resp, now.Add(retention)))
 		})
 	}
 }
@@ -1093,6 +1109,9 @@ func testDeleteExpired(h *harness) {
 	}
 	recs := []rec{
 		{"abandoned", h.at(lease), false},
+		// Its lease ended at base+40m, but a late Complete may still land
+		// until base+80m (LeaseEnd + (LeaseEnd - CreatedAt)).
+		{"abandoned-in-grace", h.at(40 * time.Minute), false},
 		{"completed-expired", h.at(10 * time.Minute), true},
 		{"completed-expiring-now", now, true},
 		{"in-progress-live", h.at(2 * time.Hour), false},
@@ -1108,7 +1127,7 @@ func testDeleteExpired(h *harness) {
 		if r.done {
 			h.mustComplete(scopeA, r.key, c.Token, okResponse(r.key), h.at(time.Second), r.expires)
 		}
-		if !now.Before(r.expires) {
+		if removable(r.expires, r.done, h.at(0), now) {
 			wantRemoved++
 		}
 	}
@@ -1119,15 +1138,31 @@ func testDeleteExpired(h *harness) {
 		h.t.Fatalf("second DeleteExpired(now %s) returned %d, want 0", h.when(now), n)
 	}
 	for _, r := range recs {
-		if !now.Before(r.expires) {
+		if removable(r.expires, r.done, h.at(0), now) {
 			// Only a removed record lets a claim at base+2s through.
 			h.acquire(h.newClaim(scopeA, r.key, "fp-new", "token-new", h.at(2*time.Second)),
 				fmt.Sprintf("DeleteExpired(now %s) must have removed this record, which expired at %s", h.when(now), h.when(r.expires)))
 			continue
 		}
+		if !r.done && !now.Before(r.expires) {
+			// Kept for a late Complete, yet a claim takes it over.
+			h.acquire(h.newClaim(scopeA, r.key, "fp-new", "token-new", now),
+				fmt.Sprintf("the record's lease ended at %s, before the now given to DeleteExpired", h.when(r.expires)))
+			continue
+		}
 		h.blocked(h.newClaim(scopeA, r.key, "fp-new", "token-new", now),
 			fmt.Sprintf("the record expires at %s, after the now given to DeleteExpired", h.when(r.expires)))
 	}
+}
+
+// removable reports whether DeleteExpired at now must remove a record: a
+// completed one from its ExpiresAt, an in-progress one claimed at created
+// from LeaseEnd + (LeaseEnd - created).
+func removable(expires time.Time, done bool, created, now time.Time) bool {
+	if done {
+		return !now.Before(expires)
+	}
+	return !now.Before(expires.Add(expires.Sub(created)))
 }
 
 // Extender
@@ -1176,22 +1211,30 @@ func testExtendCompleted(h *harness) {
 	h.checkRecord("completed record after Extend", rec, completed(c, resp, h.at(retention)))
 }
 
+// testExtendAfterLeaseEnd: as for Complete, a claim nobody took over is
+// still its token's, so a late Extend moves its lease end.
 func testExtendAfterLeaseEnd(h *harness) {
 	for _, tc := range []struct {
 		name  string
 		after time.Duration
 	}{
 		{"AtLeaseEnd", lease},
-		{"AfterLeaseEnd", lease + time.Hour},
+		{"AfterLeaseEnd", lease + time.Minute},
 	} {
 		h.t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, h.s)
 			key := "key-" + tc.name
-			h.acquire(h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0)), "there is no record")
+			c := h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0))
+			h.acquire(c, "there is no record")
 			now := h.at(tc.after)
-			h.wantLeaseLost(h.extend(scopeA, key, "token-1", now, now.Add(lease)),
-				fmt.Sprintf("Extend at %s of a lease that ended at %s", h.when(now), h.when(h.at(lease))))
-			h.acquire(h.newClaim(scopeA, key, "fp-2", "token-2", now), "the lease ended and must not have been extended")
+			if err := h.extend(scopeA, key, "token-1", now, now.Add(lease)); err != nil {
+				t.Fatalf("Extend at %s of a claim whose lease ended at %s and that nobody took over: %v, want it to land",
+					h.when(now), h.when(c.LeaseEnd), err)
+			}
+			rec := h.blocked(h.newClaim(scopeA, key, "fp-2", "token-2", now.Add(time.Second)), "the late Extend renewed the lease")
+			extended := inProgress(c)
+			extended.leaseEnd, extended.expiresAt = now.Add(lease), now.Add(lease)
+			h.checkRecord("record after a late Extend", rec, extended)
 		})
 	}
 }
@@ -1217,6 +1260,96 @@ func testExtendAfterTakeover(h *harness) {
 		"Extend with the token of a claim that was taken over")
 	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", taker.Now.Add(time.Second)), "the new claim holds the key")
 	h.checkRecord("new owner's record after the old owner's Extend", rec, inProgress(taker))
+}
+
+// Evicter
+
+func (h *harness) evict(scope, key, token string) error {
+	return h.s.(idem.Evicter).Evict(h.t.Context(), scope, key, token)
+}
+
+func testEvictInProgress(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	if err := h.evict(scopeA, "key-1", "token-1"); err != nil {
+		h.t.Fatalf("Evict of an in-progress record with its token: %v", err)
+	}
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(time.Second)), "the record was evicted")
+}
+
+func testEvictCompleted(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
+	h.mustComplete(scopeA, "key-1", "token-1", okResponse("truncated"), h.at(time.Second), h.at(retention))
+	if err := h.evict(scopeA, "key-1", "token-1"); err != nil {
+		h.t.Fatalf("Evict of a completed record with the token that completed it: %v", err)
+	}
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(2*time.Second)), "the completed record was evicted")
+}
+
+func testEvictWrongToken(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	h.wantLeaseLost(h.evict(scopeA, "key-1", "token-2"), "Evict of an in-progress record with another token")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(time.Second)), "the claim is still held")
+	h.checkRecord("record after Evict with a wrong token", rec, inProgress(c))
+
+	resp := okResponse("done")
+	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(2*time.Second), h.at(retention))
+	h.wantLeaseLost(h.evict(scopeA, "key-1", "token-2"), "Evict of a completed record with another token")
+	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-3", h.at(3*time.Second)), "the record is completed")
+	h.checkRecord("completed record after Evict with a wrong token", rec, completed(c, resp, h.at(retention)))
+}
+
+// testEvictAfterTakeover: the record expired and a retry claimed the key;
+// the first request's Evict must not delete the retry's claim.
+func testEvictAfterTakeover(h *harness) {
+	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-old", h.at(0)), "there is no record")
+	h.mustComplete(scopeA, "key-1", "token-old", okResponse("old"), h.at(time.Second), h.at(time.Minute))
+	taker := h.newClaim(scopeA, "key-1", "fp-1", "token-new", h.at(2*time.Minute))
+	h.acquire(taker, "the completed record has expired")
+	h.wantLeaseLost(h.evict(scopeA, "key-1", "token-old"), "Evict with the token of a record that expired and was taken over")
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-x", taker.Now.Add(time.Second)), "the new claim holds the key")
+	h.checkRecord("new owner's record after the old owner's Evict", rec, inProgress(taker))
+}
+
+func testEvictMissing(h *harness) {
+	h.wantLeaseLost(h.evict(scopeA, "never-claimed", "token-1"), "Evict of a key that was never claimed")
+	h.acquire(h.newClaim(scopeA, "never-claimed", "fp-1", "token-1", h.at(0)), "Evict must not create a record")
+}
+
+// Clock
+
+// clockTolerance is how far a store's clock may be from this process's in
+// the suite: both run on machines that keep time, usually the same one.
+const clockTolerance = 5 * time.Second
+
+func (h *harness) storeNow() time.Time {
+	h.t.Helper()
+	t, err := h.s.(idem.Clock).Now(h.t.Context())
+	if err != nil {
+		h.t.Fatalf("Now: %v", err)
+	}
+	if t.IsZero() {
+		h.t.Fatal("Now returned the zero time")
+	}
+	return t
+}
+
+func testClockNearLocal(h *harness) {
+	before := time.Now()
+	got := h.storeNow()
+	after := time.Now()
+	if got.Before(before.Add(-clockTolerance)) || got.After(after.Add(clockTolerance)) {
+		h.t.Fatalf("Now = %v, more than %v from this process's clock (%v to %v)", got, clockTolerance, before, after)
+	}
+}
+
+func testClockForward(h *harness) {
+	first := h.storeNow()
+	time.Sleep(20 * time.Millisecond)
+	second := h.storeNow()
+	if d := second.Sub(first); d < 10*time.Millisecond || d > clockTolerance {
+		h.t.Fatalf("two calls of Now 20ms apart returned times %v apart, want about 20ms", d)
+	}
 }
 
 // Notifier
@@ -1348,6 +1481,9 @@ func testTxCommitAfterTakeover(h *harness) {
 	h.acquire(h.newClaim(scopeA, "tx", "fp-1", "token-1", h.at(0)), "claiming before the transaction")
 	tx := h.begin(h.t.Context(), scopeA, "tx", "token-1")
 	defer tx.Rollback(h.t.Context())
+	if holdsClaim(tx) {
+		h.t.Skip("the transaction holds the claim: no takeover can happen while it lives (ClaimHolderBlocksTakeover)")
+	}
 	// The lease passes and another request takes the key over.
 	h.acquire(h.newClaim(scopeA, "tx", "fp-2", "token-2", h.at(time.Hour)), "taking over after the lease")
 	err := tx.Commit(h.t.Context(), idem.Response{Status: 200}, h.at(time.Hour+time.Second), h.at(2*time.Hour))
@@ -1371,4 +1507,41 @@ func testTxRollback(h *harness) {
 		h.t.Fatalf("Release after Rollback: %v", err)
 	}
 	h.acquire(h.newClaim(scopeA, "tx", "fp-1", "token-2", h.at(time.Second)), "the key is free after Rollback and Release")
+}
+
+func holdsClaim(tx idem.Tx) bool {
+	ch, ok := tx.(idem.ClaimHolder)
+	return ok && ch.HoldsClaim()
+}
+
+// testTxHoldsClaim: a transaction that holds its claim (idem.ClaimHolder)
+// keeps the key from every other request while it lives, past its lease
+// end too, without an Extend, and commits the record.
+func testTxHoldsClaim(h *harness) {
+	h.acquire(h.newClaim(scopeA, "tx", "fp-1", "token-1", h.at(0)), "claiming before the transaction")
+	tx := h.begin(h.t.Context(), scopeA, "tx", "token-1")
+	defer tx.Rollback(h.t.Context())
+	if !holdsClaim(tx) {
+		h.t.Skip("the transaction does not hold its claim (idem.ClaimHolder); the engine beats for it")
+	}
+	// Past the lease end, with no Extend: the transaction still holds it.
+	ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
+	defer cancel()
+	res, err := h.s.Claim(ctx, h.newClaim(scopeA, "tx", "fp-2", "token-2", h.at(time.Hour)))
+	switch {
+	case err != nil:
+		h.t.Fatalf("Claim past the lease end of a claim a live transaction holds: %v, want the in-progress record at once", err)
+	case res.Acquired:
+		h.t.Fatal("Claim past the lease end took over a claim a live transaction holds")
+	case res.Existing.State != idem.StateInProgress || res.Existing.Fingerprint != "fp-1":
+		h.t.Fatalf("Claim returned %s, want the transaction's in-progress claim", h.formatRecord(res.Existing))
+	}
+	resp := idem.Response{Status: 201, Body: []byte("held")}
+	if err := tx.Commit(h.t.Context(), resp, h.at(time.Hour+time.Second), h.at(2*time.Hour)); err != nil {
+		h.t.Fatalf("Commit of a transaction that held its claim past the lease end: %v", err)
+	}
+	rec := h.blocked(h.newClaim(scopeA, "tx", "fp-1", "token-3", h.at(time.Hour+2*time.Second)), "the record is completed")
+	if rec.State != idem.StateCompleted || string(rec.Response.Body) != "held" {
+		h.t.Fatalf("after Commit the record is %s, want the committed response", h.formatRecord(rec))
+	}
 }

@@ -119,16 +119,27 @@ type ClaimResult struct {
 // c.LeaseEnd.
 //
 // Complete turns the claim into StateCompleted with resp, replayable until
-// expiresAt. It succeeds only while the record is in progress, holds token,
-// and now is before its LeaseEnd; otherwise it returns ErrLeaseLost and
-// changes nothing. The caller reuses the memory of resp.Body once Complete
-// returns, so a store that keeps the body in memory copies it; resp.Header
-// is handed over and never modified by the caller afterwards.
+// expiresAt. It succeeds while the record is in progress and holds token,
+// even when now is at or past its LeaseEnd: a lease that ended without
+// anyone taking the key over still belongs to its token, so a completion
+// that comes late (a slow handler, a store that was down) lands.
+// Otherwise (another token took the key over, the record is completed or
+// gone) it returns ErrLeaseLost and changes nothing. The stored record is
+// a snapshot the store owns: the caller may reuse resp.Body's memory, and
+// a handler may still hold resp.Header, once Complete returns, so a store
+// that keeps the response in memory copies both. A completed record keeps
+// the token, for Evicter.
 //
 // Release deletes an in-progress record that holds token, so the next
 // request with the key runs again. It never deletes a completed record or
 // another claim's record; in those cases, and when there is no record, it
 // returns ErrLeaseLost.
+//
+// A store that removes records by itself (a TTL, a sweeper) keeps an
+// in-progress record at least until LeaseEnd + (LeaseEnd - CreatedAt),
+// as long again as its lease has lasted, so that a late Complete, Extend
+// or Release still finds it; Claim takes it over from LeaseEnd on, and
+// Getter reports it gone from ExpiresAt on, as for any record.
 //
 // Scope and Key are compared byte for byte. Scope may hold any bytes
 // (the namespace comes from the application); Key is printable ASCII.
@@ -164,11 +175,44 @@ type ExpiredDeleter interface {
 
 // Extender is an optional Store capability: moving the lease end of an
 // in-progress claim that holds token, for the engine's lease heartbeat.
-// It returns ErrLeaseLost, changing nothing, unless the record is in
-// progress, holds token, and now is before its current LeaseEnd.
-// The record's ExpiresAt moves with its LeaseEnd.
+// Like Complete, it succeeds while the record is in progress and holds
+// token, even when now is past its LeaseEnd, and returns ErrLeaseLost,
+// changing nothing, otherwise. The record's ExpiresAt moves with its
+// LeaseEnd.
 type Extender interface {
 	Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error
+}
+
+// Evicter is an optional Store capability: deleting the record a claim
+// wrote, whatever its state, when the answer it holds turned out wrong (a
+// response streamed under a completed record whose handler then
+// panicked). Evict deletes the record for (scope, key) only while it holds
+// token, in progress or completed; otherwise (the key was taken over
+// after the record expired, or there is no record) it returns
+// ErrLeaseLost and changes nothing. Without it the engine leaves such a
+// record in place rather than delete another claim's record.
+type Evicter interface {
+	Evict(ctx context.Context, scope, key, token string) error
+}
+
+// Clock is an optional Store capability: the store's own time, for stores
+// that several engines share (a database server's clock, Redis's TIME).
+// The engine aligns the time it passes to every store call with Now (see
+// the package docs, "Time"), so that instances whose clocks disagree
+// still judge leases alike. Now returns the store's current time; it
+// must not move backwards by more than the store's clock is corrected.
+type Clock interface {
+	Now(ctx context.Context) (time.Time, error)
+}
+
+// FailoverBound is an optional Store capability of a store that can lose
+// its primary and promote another (Redis Sentinel or Cluster). FailoverTime
+// returns how long such a failover may take, during which no store call
+// succeeds, from the store's own settings (or 0 when the store has no
+// failover). New sets the default lease so that a claim outlasts it, and
+// refuses a shorter WithLease.
+type FailoverBound interface {
+	FailoverTime() time.Duration
 }
 
 // Notifier is an optional Store capability that wakes requests waiting for
@@ -196,6 +240,17 @@ type Notifier interface {
 // Commit, or twice, is a no-op.
 type TxBeginner interface {
 	BeginTx(ctx context.Context, scope, key, token string) (Tx, error)
+}
+
+// ClaimHolder is an optional capability of a Tx whose transaction holds
+// the record's lock from BeginTx until it ends: while it lives no other
+// request takes the key over, past its lease end too (Claim answers with
+// the in-progress record), and a crash ends it with its connection.
+// HoldsClaim reports whether this one does; the engine then writes
+// nothing to the record while the work runs (no heartbeat Extend, which
+// would wait for that lock or conflict with the transaction's snapshot).
+type ClaimHolder interface {
+	HoldsClaim() bool
 }
 
 // Tx is a transaction started by TxBeginner.BeginTx.

@@ -42,6 +42,7 @@ var (
 	_ idem.Deleter        = (*Store)(nil)
 	_ idem.ExpiredDeleter = (*Store)(nil)
 	_ idem.Extender       = (*Store)(nil)
+	_ idem.Evicter        = (*Store)(nil)
 	_ idem.Notifier       = (*Store)(nil)
 )
 
@@ -113,14 +114,17 @@ func WithClock(now func() time.Time) Option {
 type Store struct {
 	mu      sync.Mutex
 	entries map[recordKey]*entry
-	// Every entry is in exactly one heap, chosen by its state: running
-	// holds the in-progress claims, ordered by lease end (their ExpiresAt),
-	// and done the completed records, ordered by ExpiresAt. Eviction takes
-	// from running only what has expired.
-	running expiryHeap
-	done    expiryHeap
-	waiters map[recordKey][]chan struct{}
-	max     int
+	// Every entry is in exactly one of running and done, chosen by its
+	// state: running holds the in-progress claims, ordered by lease end
+	// (their ExpiresAt), and done the completed records, ordered by
+	// ExpiresAt. Eviction takes from running only what has expired.
+	// lingering holds the in-progress claims too, ordered by when the
+	// sweeper may remove them (entry.gone, a lease after the lease end).
+	running   expiryHeap
+	done      expiryHeap
+	lingering expiryHeap
+	waiters   map[recordKey][]chan struct{}
+	max       int
 	// bytes is what the completed records' responses take (entry.size
 	// summed), bounded by maxBytes.
 	bytes, maxBytes int64
@@ -141,14 +145,26 @@ type recordKey struct {
 type entry struct {
 	idem.Record // its Response is immutable once set
 	k           recordKey
-	token       string // empty once completed
-	index       int    // position in the heap of its state (Store.heapOf)
-	size        int64  // responseSize of the Response, counted in Store.bytes
+	token       string    // the claim's token, kept once completed (Evict)
+	gone        time.Time // when the store may remove it (the heaps' order)
+	index       int       // position in the heap of its state (Store.heapOf)
+	gindex      int       // position in lingering, when in progress
+	size        int64     // responseSize of the Response, counted in Store.bytes
 }
 
 // holds reports whether the entry is an in-progress claim with token.
 func (e *entry) holds(token string) bool {
 	return e.State == idem.StateInProgress && e.token == token
+}
+
+// setGone sets when the record may be removed: a completed record at its
+// expiry; an in-progress one as long again as its lease has lasted after
+// its lease end, so a late Complete still finds it (see idem.Store).
+func (e *entry) setGone() {
+	e.gone = e.ExpiresAt
+	if e.State == idem.StateInProgress {
+		e.gone = e.LeaseEnd.Add(e.LeaseEnd.Sub(e.CreatedAt))
+	}
 }
 
 // New returns an empty Store. Unless sweeping is disabled with
@@ -164,10 +180,11 @@ func New(opts ...Option) *Store {
 		cfg.clock = time.Now
 	}
 	s := &Store{
-		entries:  make(map[recordKey]*entry),
-		waiters:  make(map[recordKey][]chan struct{}),
-		max:      cfg.maxEntries,
-		maxBytes: cfg.maxBytes,
+		entries:   make(map[recordKey]*entry),
+		lingering: expiryHeap{byGone: true},
+		waiters:   make(map[recordKey][]chan struct{}),
+		max:       cfg.maxEntries,
+		maxBytes:  cfg.maxBytes,
 	}
 	if cfg.sweepInterval > 0 {
 		s.closed = make(chan struct{})
@@ -225,7 +242,7 @@ func (s *Store) removeExpired(now time.Time, limit int) int {
 	defer s.mu.Unlock()
 	n := 0
 	for n != limit {
-		e := s.firstExpired(now)
+		e := s.firstRemovable(now)
 		if e == nil {
 			break
 		}
@@ -236,13 +253,28 @@ func (s *Store) removeExpired(now time.Time, limit int) int {
 }
 
 // firstExpired returns the record, of either state, that expired first if
-// it has expired at now, or nil. s.mu must be held.
+// it has expired at now (an in-progress claim's ExpiresAt is its lease
+// end), or nil. s.mu must be held.
 func (s *Store) firstExpired(now time.Time) *entry {
 	e, d := s.running.min(), s.done.min()
 	if e == nil || (d != nil && d.ExpiresAt.Before(e.ExpiresAt)) {
 		e = d
 	}
 	if e == nil || now.Before(e.ExpiresAt) {
+		return nil
+	}
+	return e
+}
+
+// firstRemovable returns a record that may be removed at now: a completed
+// record that has expired, or an in-progress one a lease past its lease
+// end (entry.gone), whichever comes first; or nil. s.mu must be held.
+func (s *Store) firstRemovable(now time.Time) *entry {
+	e, d := s.lingering.min(), s.done.min()
+	if e == nil || (d != nil && d.gone.Before(e.gone)) {
+		e = d
+	}
+	if e == nil || now.Before(e.gone) {
 		return nil
 	}
 	return e
@@ -300,7 +332,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		// claim's completion or release wakes them.
 		wasRunning := e.State == idem.StateInProgress
 		if !wasRunning {
-			s.done.remove(e.index)
+			s.done.remove(e)
 			s.bytes -= e.size
 			e.size = 0
 		}
@@ -311,10 +343,13 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		e.CreatedAt = c.Now
 		e.LeaseEnd = c.LeaseEnd
 		e.ExpiresAt = c.LeaseEnd
+		e.setGone()
 		if wasRunning {
-			s.running.fix(e.index)
+			s.running.fix(e)
+			s.lingering.fix(e)
 		} else {
 			s.running.push(e)
+			s.lingering.push(e)
 		}
 		return idem.ClaimResult{Acquired: true}, nil
 	}
@@ -336,17 +371,19 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		k:     k,
 		token: c.Token,
 	}
+	e.setGone()
 	s.entries[k] = e
 	s.running.push(e)
+	s.lingering.push(e)
 	return idem.ClaimResult{Acquired: true}, nil
 }
 
-// Complete stores resp, with a copy of its body, for the claim that holds
-// token, replayable until expiresAt. The header map is kept as it is, since
-// the caller never modifies it after Complete. It returns
-// [idem.ErrLeaseLost] unless the record is in progress, holds token and now
-// is before its lease end. See [idem.Store]. From then on the record may be
-// evicted to make room (see [WithMaxEntries]).
+// Complete stores a copy of resp (body and headers: the record is a
+// snapshot the store owns) for the claim that holds token, replayable
+// until expiresAt. It returns [idem.ErrLeaseLost] unless the record is in
+// progress and holds token; a claim whose lease ended without a takeover
+// still holds it. See [idem.Store]. From then on the record may be evicted
+// to make room (see [WithMaxEntries]).
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -360,7 +397,7 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[k]
-	if !ok || !e.holds(token) || !now.Before(e.LeaseEnd) {
+	if !ok || !e.holds(token) {
 		return idem.ErrLeaseLost
 	}
 	for s.maxBytes > 0 && s.bytes+size > s.maxBytes {
@@ -372,14 +409,15 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 		}
 		s.remove(v)
 	}
-	s.running.remove(e.index)
+	s.running.remove(e)
+	s.lingering.remove(e)
 	e.size = size
 	s.bytes += size
 	e.State = idem.StateCompleted
-	e.token = ""
 	e.Response = stored
 	e.LeaseEnd = time.Time{}
 	e.ExpiresAt = expiresAt
+	e.setGone()
 	s.done.push(e)
 	s.notify(k)
 	return nil
@@ -446,8 +484,8 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 
 // Extend moves the lease end (and with it ExpiresAt) of the in-progress
 // claim that holds token to leaseEnd. It returns [idem.ErrLeaseLost] unless
-// the record is in progress, holds token and now is before its current
-// lease end. It implements [idem.Extender].
+// the record is in progress and holds token; a claim whose lease ended
+// without a takeover still holds it. It implements [idem.Extender].
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -455,12 +493,32 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[recordKey{scope, key}]
-	if !ok || !e.holds(token) || !now.Before(e.LeaseEnd) {
+	if !ok || !e.holds(token) {
 		return idem.ErrLeaseLost
 	}
 	e.LeaseEnd = leaseEnd
 	e.ExpiresAt = leaseEnd
-	s.running.fix(e.index)
+	e.setGone()
+	s.running.fix(e)
+	s.lingering.fix(e)
+	return nil
+}
+
+// Evict deletes the record for (scope, key), in progress or completed,
+// while it holds token, and wakes its watchers. It returns
+// [idem.ErrLeaseLost], changing nothing, when another claim holds the key
+// or there is no record. It implements [idem.Evicter].
+func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[recordKey{scope, key}]
+	if !ok || e.token != token {
+		return idem.ErrLeaseLost
+	}
+	s.remove(e)
 	return nil
 }
 
@@ -504,7 +562,10 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 func (s *Store) remove(e *entry) {
 	delete(s.entries, e.k)
 	s.bytes -= e.size
-	s.heapOf(e).remove(e.index)
+	s.heapOf(e).remove(e)
+	if e.State == idem.StateInProgress {
+		s.lingering.remove(e)
+	}
 	s.notify(e.k)
 }
 
@@ -532,10 +593,10 @@ func (s *Store) notify(k recordKey) {
 }
 
 // storedResponse returns the response Complete keeps: a copy of r with its
-// own body. The header map is kept as given; the caller hands it over and
-// never modifies it afterwards (see [idem.Store]).
+// own body and its own header map, so that nothing the caller does to r
+// afterwards (a handler that kept its header map, say) reaches a replay.
 func storedResponse(r *idem.Response) *idem.Response {
-	c := &idem.Response{Status: r.Status, Header: r.Header, BodyOmitted: r.BodyOmitted}
+	c := &idem.Response{Status: r.Status, Header: r.Header.Clone(), BodyOmitted: r.BodyOmitted}
 	if len(r.Body) > 0 {
 		c.Body = append([]byte(nil), r.Body...)
 	}

@@ -12,34 +12,41 @@ import (
 )
 
 // checkStore checks that every entry is in the map and in the heap of its
-// state, at its index, that both heaps are ordered, and that the store
-// holds at most max entries. s.mu must not be held.
+// state at its position, every in-progress one in lingering too, that the
+// heaps are ordered, and that the store holds at most max entries. s.mu
+// must not be held.
 func checkStore(t *testing.T, s *Store, step int) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if got, want := len(s.running)+len(s.done), len(s.entries); got != want {
+	if got, want := len(s.running.es)+len(s.done.es), len(s.entries); got != want {
 		t.Fatalf("step %d: the heaps hold %d entries, the map %d", step, got, want)
+	}
+	if got, want := len(s.lingering.es), len(s.running.es); got != want {
+		t.Fatalf("step %d: lingering holds %d entries, running %d", step, got, want)
 	}
 	if s.max > 0 && len(s.entries) > s.max {
 		t.Fatalf("step %d: %d entries, more than the limit %d", step, len(s.entries), s.max)
 	}
-	for name, h := range map[string]expiryHeap{"running": s.running, "done": s.done} {
-		for i, e := range h {
-			if e.index != i {
-				t.Fatalf("step %d: %s[%d] has index %d", step, name, i, e.index)
+	for name, h := range map[string]*expiryHeap{"running": &s.running, "done": &s.done, "lingering": &s.lingering} {
+		for i, e := range h.es {
+			if *h.pos(e) != i {
+				t.Fatalf("step %d: %s[%d] has position %d", step, name, i, *h.pos(e))
 			}
 			if s.entries[e.k] != e {
 				t.Fatalf("step %d: %s[%d] (%q) is not the map's entry", step, name, i, e.k.key)
 			}
-			if got := s.heapOf(e); len(*got) <= i || (*got)[i] != e {
+			if got := s.heapOf(e); name != "lingering" && (len(got.es) <= i || got.es[i] != e) {
 				t.Fatalf("step %d: %q (state %v) is in the %s heap", step, e.k.key, e.State, name)
+			}
+			if name == "lingering" && e.State != idem.StateInProgress {
+				t.Fatalf("step %d: completed %q is in lingering", step, e.k.key)
 			}
 			if e.State == idem.StateInProgress && !e.ExpiresAt.Equal(e.LeaseEnd) {
 				t.Fatalf("step %d: in-progress %q expires at %v, its lease ends at %v", step, e.k.key, e.ExpiresAt, e.LeaseEnd)
 			}
 			if i > 0 && h.less(i, (i-1)/2) {
-				t.Fatalf("step %d: %s[%d] expires before its parent", step, name, i)
+				t.Fatalf("step %d: %s[%d] comes before its parent", step, name, i)
 			}
 		}
 	}
@@ -107,8 +114,8 @@ func TestRandomOperations(t *testing.T) {
 				after := snapshot(s)
 				for k, e := range before {
 					_, kept := after[k]
-					if expired := !now.Before(e.ExpiresAt); kept == expired {
-						t.Fatalf("step %d: DeleteExpired: %q (expires %v, now %v) kept = %t", step, k.key, e.ExpiresAt, now, kept)
+					if expired := !now.Before(e.gone); kept == expired {
+						t.Fatalf("step %d: DeleteExpired: %q (removable from %v, now %v) kept = %t", step, k.key, e.gone, now, kept)
 					}
 				}
 				if n != len(before)-len(after) {
