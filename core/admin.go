@@ -99,8 +99,13 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		e.writeProblem(w, problemAdminUnsupported, "This store cannot look records up (it does not implement idem.Getter).", 0)
 		return
 	}
+	now, err := e.now(r.Context())
+	if err != nil {
+		e.writeProblem(w, problemStore, "Reading the store's clock failed: "+err.Error(), seconds(e.retryAfter(0)))
+		return
+	}
 	ctx := e.storeCall(r.Context(), false)
-	rec, found, err := g.Get(ctx, scope, key, e.cfg.clock())
+	rec, found, err := g.Get(ctx, scope, key, now)
 	e.endCall(ctx, StoreGet, err, nil)
 	if err != nil {
 		e.writeProblem(w, problemStore, "Looking the record up failed: "+err.Error(), seconds(e.retryAfter(0)))

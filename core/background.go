@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -165,7 +166,7 @@ func (b *background) bound(t *task) error {
 			return errRetryBound
 		}
 	case taskRelease:
-		if time.Since(t.start) >= t.lease || !e.cfg.clock().Before(t.leaseEnd) {
+		if time.Since(t.start) >= t.lease || !e.clockNow().Before(t.leaseEnd) {
 			return errLeaseOver
 		}
 	}
@@ -187,7 +188,7 @@ func (b *background) try(t *task) (done bool, err error) {
 		}
 		return false, err
 	}
-	now := e.cfg.clock()
+	now := e.clockNow()
 	if e.extender != nil && now.After(t.leaseEnd.Add(-t.lease/3)) {
 		// Keep the claim alive, so a retry meanwhile waits for the replay.
 		ctx := e.storeCall(t.ctx, true)
@@ -222,10 +223,10 @@ func (b *background) lost(t *task, err error) error {
 		return err
 	}
 	ctx := e.storeCall(t.ctx, true)
-	rec, found, gerr := g.Get(ctx, t.scope, t.key, e.cfg.clock())
+	rec, found, gerr := g.Get(ctx, t.scope, t.key, e.clockNow())
 	e.endCall(ctx, StoreGet, gerr, &t.ev.Finish)
 	if gerr == nil && found && rec.State == StateCompleted && rec.Fingerprint == t.fingerprint &&
-		rec.Response != nil && rec.Response.Status == t.resp.Status && len(rec.Response.Body) == len(t.resp.Body) {
+		rec.Response != nil && rec.Response.Status == t.resp.Status && bytes.Equal(rec.Response.Body, t.resp.Body) {
 		return nil
 	}
 	return err

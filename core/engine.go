@@ -16,6 +16,7 @@ type Engine struct {
 	def      *Policy
 	bg       *background
 	beats    beats
+	sclock   *storeClock // nil when the store has no Clock
 }
 
 // New returns an Engine that keeps its records in store. Every option
@@ -44,7 +45,8 @@ func New(store Store, opts ...Option) (*Engine, error) {
 	case c.beat && e.extender == nil:
 		return nil, badOption("heartbeat needs a store that implements idem.Extender; %T does not", store)
 	}
-	if c.lease == 0 {
+	leaseSet := c.lease != 0
+	if !leaseSet {
 		c.lease = DefaultLeaseNoBeat
 		if c.beat {
 			c.lease = DefaultLease
@@ -52,6 +54,14 @@ func New(store Store, opts ...Option) (*Engine, error) {
 	}
 	if c.heartbeat > 0 && c.heartbeat >= c.lease {
 		return nil, badOption("heartbeat interval %v must be shorter than the lease %v", c.heartbeat, c.lease)
+	}
+	if fb, ok := store.(FailoverBound); ok {
+		if err := c.outlast(fb.FailoverTime(), leaseSet); err != nil {
+			return nil, err
+		}
+	}
+	if clk, ok := store.(Clock); ok {
+		e.sclock = &storeClock{src: clk}
 	}
 	e.bg = newBackground(e)
 	e.beats.e = e
@@ -119,4 +129,51 @@ func (e *Engine) Policy(opts ...RouteOption) *Policy {
 // Policy.Serve.
 func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
 	e.def.Serve(w, r, route, next)
+}
+
+// outlast makes the lease and the completion retry outlast a failover of
+// the store that takes up to d: a claim must still be held when the store
+// is back, so that a completion retried in the background lands and a
+// retry replays instead of running again. A default is raised to fit; a
+// value the user set that cannot is refused. The lease left when a
+// failover starts is at least the lease minus one heartbeat interval.
+func (c *config) outlast(d time.Duration, leaseSet bool) error {
+	if d <= 0 {
+		return nil
+	}
+	beat := c.heartbeat
+	if beat == 0 {
+		beat = c.lease / 3
+	}
+	if !c.beat {
+		beat = 0
+	}
+	if c.lease-beat < d {
+		if leaseSet {
+			return badOption("lease %v cannot outlast a failover of the store, which may take %v: a claim would expire while the store is away and its retry run again; use a lease of at least %v, or make the store fail over faster", c.lease, d, needLease(d, c.heartbeat, c.beat))
+		}
+		c.lease = needLease(d, c.heartbeat, c.beat)
+	}
+	if c.completionRetry > 0 && c.completionRetry < d+c.lease {
+		if c.completionRetrySet {
+			return badOption("completion retry %v cannot outlast a failover of the store, which may take %v, and the lease %v: use at least %v", c.completionRetry, d, c.lease, d+c.lease)
+		}
+		c.completionRetry = d + c.lease
+	}
+	return nil
+}
+
+// needLease returns the shortest lease, in whole seconds, whose part left
+// after one heartbeat interval outlasts d.
+func needLease(d, heartbeat time.Duration, beat bool) time.Duration {
+	var l time.Duration
+	switch {
+	case !beat:
+		l = d
+	case heartbeat > 0:
+		l = d + heartbeat
+	default:
+		l = d + d/2 // lease - lease/3 >= d
+	}
+	return (l + time.Second - 1).Truncate(time.Second)
 }

@@ -138,6 +138,8 @@ const (
 	StoreBeginTx  StoreOp = "begin_tx"
 	StoreCommit   StoreOp = "commit"
 	StoreRollback StoreOp = "rollback"
+	StoreEvict    StoreOp = "evict"
+	StoreNow      StoreOp = "now"
 )
 
 // StoreObserver is told of every store call the engine and its admin

@@ -111,7 +111,7 @@ func (b *beats) tick() {
 // beaten again.
 func (b *beats) extend(f *flight) {
 	e := b.e
-	now := e.cfg.clock()
+	now := e.clockNow()
 	ctx := e.storeCall(f.ctx, true)
 	err := e.extender.Extend(ctx, f.scope, f.key, f.token, now, now.Add(f.lease))
 	e.endCall(ctx, StoreExtend, err, nil)

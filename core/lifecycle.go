@@ -85,7 +85,11 @@ func (f *flight) acquire() outcome {
 // claim makes one Claim call with a fresh token.
 func (f *flight) claim() (ClaimResult, error) {
 	e := f.e
-	f.now = e.cfg.clock()
+	now, err := e.now(f.ctx)
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("idem: reading the store's clock: %w", err)
+	}
+	f.now = now
 	leaseEnd := f.now.Add(f.lease)
 	f.leaseEnd.Store(leaseEnd.UnixNano())
 	ctx := f.storeCall(false)
@@ -216,6 +220,9 @@ func (f *flight) begin() error {
 			return err
 		}
 		f.tx = t
+		if h, ok := t.(ClaimHolder); ok && h.HoldsClaim() {
+			return nil // the transaction keeps the claim: no heartbeat
+		}
 	}
 	e.beats.add(f)
 	return nil
@@ -257,7 +264,7 @@ func (f *flight) settle(resp Response, keep bool) bool {
 // claim is retried in the background.
 func (f *flight) store(resp Response) bool {
 	e := f.e
-	now := e.cfg.clock()
+	now := e.clockNow()
 	expires := now.Add(f.retention)
 	var err error
 	if f.tx != nil {
@@ -315,17 +322,19 @@ func (f *flight) abort() {
 }
 
 // evict deletes the record this flight completed, when the answer it
-// holds turned out truncated (a stream whose handler panicked).
+// holds turned out truncated (a stream whose handler panicked). The delete
+// is token-checked: if the record expired and a retry claimed the key
+// meanwhile, that claim stays.
 func (f *flight) evict() {
 	e := f.e
-	d, ok := e.store.(Deleter)
+	ev, ok := e.store.(Evicter)
 	if !ok {
-		f.ev.Err = errors.New("idem: a streamed response's handler panicked after its record was completed, and the store cannot delete it")
+		f.ev.Err = fmt.Errorf("idem: a streamed response's handler panicked after its record was completed, and %T cannot evict it (idem.Evicter): retries replay its status and headers", e.store)
 		return
 	}
 	ctx := f.storeCall(true)
-	_, err := d.Delete(ctx, f.scope, f.key)
-	e.endCall(ctx, StoreDelete, err, &f.ev.Finish)
+	err := ev.Evict(ctx, f.scope, f.key, f.token)
+	e.endCall(ctx, StoreEvict, err, &f.ev.Finish)
 	if err != nil {
 		f.ev.Err = err
 	}

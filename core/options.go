@@ -41,30 +41,31 @@ var ErrBadOption = errors.New("idem: bad option")
 type Option func(*config) error
 
 type config struct {
-	keyHeader       string
-	replayHeader    string
-	methods         []string
-	keyOptional     bool
-	lease           time.Duration // 0 until resolved in New
-	retention       time.Duration
-	maxRequestBody  int64
-	maxResponseBody int
-	storeTimeout    time.Duration
-	failOpen        bool
-	wait            time.Duration
-	heartbeat       time.Duration // 0: a third of the lease in effect
-	beat            bool          // resolved in New
-	beatSet         bool          // WithHeartbeat was given
-	retryAfter      time.Duration
-	completionRetry time.Duration
-	maxPendingBytes int64
-	problemBase     string
-	namespace       func(*http.Request) string
-	fingerprint     func(r *http.Request, body []byte) string
-	release         func(status int) bool
-	observer        Observer
-	storeObserver   StoreObserver
-	clock           func() time.Time
+	keyHeader          string
+	replayHeader       string
+	methods            []string
+	keyOptional        bool
+	lease              time.Duration // 0 until resolved in New
+	retention          time.Duration
+	maxRequestBody     int64
+	maxResponseBody    int
+	storeTimeout       time.Duration
+	failOpen           bool
+	wait               time.Duration
+	heartbeat          time.Duration // 0: a third of the lease in effect
+	beat               bool          // resolved in New
+	beatSet            bool          // WithHeartbeat was given
+	retryAfter         time.Duration
+	completionRetry    time.Duration
+	completionRetrySet bool
+	maxPendingBytes    int64
+	problemBase        string
+	namespace          func(*http.Request) string
+	fingerprint        func(r *http.Request, body []byte) string
+	release            func(status int) bool
+	observer           Observer
+	storeObserver      StoreObserver
+	clock              func() time.Time
 }
 
 func defaultConfig() config {
@@ -276,7 +277,7 @@ func WithCompletionRetry(limit time.Duration) Option {
 		if limit < 0 || limit > MaxLifetime {
 			return badOption("completion retry %v is not between 0 and %v", limit, MaxLifetime)
 		}
-		c.completionRetry = limit
+		c.completionRetry, c.completionRetrySet = limit, true
 		return nil
 	}
 }

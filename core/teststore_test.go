@@ -49,7 +49,7 @@ func (s *testStore) Complete(ctx context.Context, scope, key, token string, resp
 	s.calls["complete"]++
 	k := [2]string{scope, key}
 	r, ok := s.recs[k]
-	if !ok || r.token != token || r.State != StateInProgress || !now.Before(r.LeaseEnd) {
+	if !ok || r.token != token || r.State != StateInProgress {
 		return ErrLeaseLost
 	}
 	resp.Body = append([]byte(nil), resp.Body...)
@@ -88,7 +88,7 @@ func (s *testStore) Extend(ctx context.Context, scope, key, token string, now, l
 	defer s.mu.Unlock()
 	s.calls["extend"]++
 	r, ok := s.recs[[2]string{scope, key}]
-	if !ok || r.token != token || r.State != StateInProgress || !now.Before(r.LeaseEnd) {
+	if !ok || r.token != token || r.State != StateInProgress {
 		return ErrLeaseLost
 	}
 	r.LeaseEnd, r.ExpiresAt = leaseEnd, leaseEnd
@@ -132,4 +132,19 @@ func (s *testStore) Delete(ctx context.Context, scope, key string) (bool, error)
 	delete(s.recs, k)
 	s.notify(k)
 	return ok, nil
+}
+
+// Evict deletes the record while it holds token, in any state.
+func (s *testStore) Evict(ctx context.Context, scope, key, token string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls["evict"]++
+	k := [2]string{scope, key}
+	r, ok := s.recs[k]
+	if !ok || r.token != token {
+		return ErrLeaseLost
+	}
+	delete(s.recs, k)
+	s.notify(k)
+	return nil
 }

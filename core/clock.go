@@ -1,0 +1,161 @@
+package idem
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// This file aligns the engine's time with the store's clock. Leases are
+// judged by comparing the now the engine passes to the store with the
+// lease ends other engines wrote; when instances' clocks disagree, one
+// could take over another's live claim. A store that several engines
+// share and that can tell its own time (Clock) gives them one clock: each
+// engine measures the difference between its clock and the store's, and
+// adds it to every now it passes.
+
+// Clock alignment settings.
+const (
+	// clockResync is how often the difference is measured again, on the
+	// wall clock: enough to follow a store clock that NTP slews, short
+	// enough that two clocks' drift apart (well under 1 ms a minute)
+	// stays small beside the sampling error.
+	clockResync = time.Minute
+	// clockSamples is how many round trips a measurement takes; the one
+	// with the shortest round trip bounds the error best.
+	clockSamples = 3
+)
+
+// storeClock keeps the difference between the engine's clock and the
+// store's.
+type storeClock struct {
+	src Clock
+
+	first   sync.Mutex // held by the first measurement; later callers wait on it
+	mu      sync.Mutex
+	synced  bool
+	offset  time.Duration // store time - engine clock
+	err     time.Duration // half the round trip of the sample offset came from
+	at      time.Time     // wall time of the last measurement
+	running bool          // a measurement is under way
+}
+
+// now returns the engine's time: its clock, moved to the store's clock
+// when the store has one. The first call measures the difference with one
+// round trip, bounded by ctx and the store timeout, and refines it in the
+// background; later calls measure it again in the background once it is
+// older than clockResync. A failed first measurement is returned: the
+// store is not answering, so the call that needed the time would fail too.
+func (e *Engine) now(ctx context.Context) (time.Time, error) {
+	sc := e.sclock
+	if sc == nil {
+		return e.cfg.clock(), nil
+	}
+	sc.mu.Lock()
+	synced, offset := sc.synced, sc.offset
+	stale := synced && !sc.running && time.Since(sc.at) >= clockResync
+	if stale {
+		sc.running = true
+	}
+	sc.mu.Unlock()
+	switch {
+	case !synced:
+		sc.first.Lock()
+		sc.mu.Lock()
+		synced, offset = sc.synced, sc.offset
+		sc.mu.Unlock()
+		if !synced {
+			if err := e.syncClock(ctx, 1); err != nil {
+				sc.first.Unlock()
+				return time.Time{}, err
+			}
+			sc.mu.Lock()
+			offset = sc.offset
+			sc.running = true
+			sc.mu.Unlock()
+			go e.resync()
+		}
+		sc.first.Unlock()
+	case stale:
+		go e.resync()
+	}
+	return e.cfg.clock().Add(offset), nil
+}
+
+// resync measures the difference again, in the background; a failure
+// keeps the last one, and a later call tries again.
+func (e *Engine) resync() {
+	ctx, cancel := context.WithTimeout(context.Background(), clockSamples*e.cfg.storeTimeout)
+	defer cancel()
+	_ = e.syncClock(ctx, clockSamples)
+}
+
+// clockNow is now for the engine's own background work, which has no
+// caller to fail: before the first measurement it is the engine's clock.
+func (e *Engine) clockNow() time.Time {
+	if sc := e.sclock; sc != nil {
+		sc.mu.Lock()
+		offset := sc.offset
+		sc.mu.Unlock()
+		return e.cfg.clock().Add(offset)
+	}
+	return e.cfg.clock()
+}
+
+// syncClock measures the difference between the engine's clock and the
+// store's over samples round trips, keeping the sample with the shortest
+// one: the store read its time somewhere within that round trip, so its
+// midpoint is off by at most half of it.
+func (e *Engine) syncClock(ctx context.Context, samples int) error {
+	sc := e.sclock
+	defer func() {
+		sc.mu.Lock()
+		sc.running = false
+		sc.mu.Unlock()
+	}()
+	var (
+		best    time.Duration
+		bestRTT time.Duration = -1
+		lastErr error
+	)
+	for range samples {
+		sctx := e.storeCall(ctx, false)
+		t0 := e.cfg.clock()
+		st, err := sc.src.Now(sctx)
+		t1 := e.cfg.clock()
+		e.endCall(sctx, StoreNow, err, nil)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		rtt := max(t1.Sub(t0), 0)
+		if bestRTT < 0 || rtt < bestRTT {
+			bestRTT, best = rtt, st.Sub(t0.Add(rtt/2))
+		}
+	}
+	if bestRTT < 0 {
+		sc.mu.Lock()
+		sc.at = time.Now() // retried after clockResync, not on every call
+		sc.mu.Unlock()
+		return lastErr
+	}
+	sc.mu.Lock()
+	sc.synced, sc.offset, sc.err, sc.at = true, best, bestRTT/2, time.Now()
+	sc.mu.Unlock()
+	return nil
+}
+
+// ClockOffset reports how far the engine moves its clock to agree with
+// the store's (the store's time minus the engine clock's), and the bound
+// on the error of that measurement: half the round trip of the sample it
+// came from. ok is false when the store has no clock (see Clock) or the
+// difference has not been measured yet.
+func (e *Engine) ClockOffset() (offset, bound time.Duration, ok bool) {
+	sc := e.sclock
+	if sc == nil {
+		return 0, 0, false
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.offset, sc.err, sc.synced
+}
