@@ -66,21 +66,29 @@ type task struct {
 func newBackground(e *Engine) *background { return &background{e: e} }
 
 // add starts t, dropping the oldest tasks when t would pass the bound. A
-// task added after Close is dropped at once.
+// completion larger than the whole bound on its own is kept without its
+// body (as a response over the cap is), so it evicts nothing and its key
+// still settles; a retry then gets its status and headers. A task added
+// after Close is dropped at once.
 func (b *background) add(t *task) {
 	t.stop = make(chan struct{})
 	t.start = time.Now()
-	t.size = taskOverhead + int64(len(t.resp.Body))
-	for k, vs := range t.resp.Header {
-		t.size += int64(len(k))
-		for _, v := range vs {
-			t.size += int64(len(v))
-		}
+	t.size = t.measure()
+	if t.size > b.e.cfg.maxPendingBytes && t.kind == taskComplete && !t.resp.BodyOmitted {
+		t.resp = t.resp.WithoutBody()
+		t.size = t.measure()
 	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		b.report(t, errEngineClosed)
+		return
+	}
+	if t.size > b.e.cfg.maxPendingBytes {
+		// Even without a body it does not fit: the bound holds, and the
+		// others stay.
+		b.mu.Unlock()
+		b.report(t, errPendingFull)
 		return
 	}
 	for len(b.tasks) > 0 && b.bytes+t.size > b.e.cfg.maxPendingBytes {
@@ -98,6 +106,19 @@ func (b *background) add(t *task) {
 }
 
 // remove takes t off the list when it ends by itself.
+// measure returns what t counts against the bound: its response's body
+// and header bytes and a fixed overhead.
+func (t *task) measure() int64 {
+	n := taskOverhead + int64(len(t.resp.Body))
+	for k, vs := range t.resp.Header {
+		n += int64(len(k))
+		for _, v := range vs {
+			n += int64(len(v))
+		}
+	}
+	return n
+}
+
 func (b *background) remove(t *task) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -189,8 +210,10 @@ func (b *background) try(t *task) (done bool, err error) {
 		return false, err
 	}
 	now := e.clockNow()
-	if e.extender != nil && now.After(t.leaseEnd.Add(-t.lease/3)) {
-		// Keep the claim alive, so a retry meanwhile waits for the replay.
+	if e.extender != nil && !now.Before(t.leaseEnd.Add(e.beatEvery(t.lease)-t.lease)) {
+		// Keep the claim alive on the heartbeat's schedule, so a retry
+		// meanwhile waits for the replay and a store that comes back
+		// late still finds the claim held.
 		ctx := e.storeCall(t.ctx, true)
 		err := e.extender.Extend(ctx, t.scope, t.key, t.token, now, now.Add(t.lease))
 		e.endCall(ctx, StoreExtend, err, &t.ev.Finish)

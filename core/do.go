@@ -43,6 +43,17 @@ var (
 	// ErrStoreFailure means the store failed or did not answer in time;
 	// the store's error is wrapped too. The error is a *RetryError.
 	ErrStoreFailure = errors.New("idem: the idempotency store failed")
+	// ErrResultOmitted means the operation ran once already, but its
+	// record was kept without the result (it was larger than the store
+	// keeps, such as the memory store's byte budget, or MySQL's packet
+	// limit, or the engine's bound on pending work): the function does not
+	// run again, and the value cannot be replayed. It is never retryable;
+	// treat it as the operation having happened with its outcome unknown.
+	ErrResultOmitted = errors.New("idem: the operation ran, but its result was too large to keep and cannot be replayed")
+	// ErrNamespaceRequired means the engine requires a namespace
+	// (WithRequiredNamespace) and the call had none: it was refused rather
+	// than scoped globally.
+	ErrNamespaceRequired = errors.New("idem: the call has no namespace, and the engine requires one")
 )
 
 // RetryError is an error a retry with the same key can get past:
@@ -116,6 +127,10 @@ func (e *Engine) Do(ctx context.Context, op Op, fn func(context.Context) ([]byte
 		f.ev.Outcome = OutcomeInvalidKey
 		return nil, false, err
 	}
+	if op.Namespace == "" && e.cfg.requireNamespace {
+		f.ev.Outcome = OutcomeNoNamespace
+		return nil, false, ErrNamespaceRequired
+	}
 	f.scope = Scope(op.Namespace, op.Kind, op.Name)
 	f.key, f.fp, f.token = op.Key, op.Fingerprint, newToken()
 	f.retention = e.cfg.retention
@@ -132,6 +147,8 @@ func (e *Engine) Do(ctx context.Context, op Op, fn func(context.Context) ([]byte
 		return nil, false, ErrMismatch
 	case inFlight:
 		return nil, false, &RetryError{Err: inFlightErr(f.ev.Err), After: f.retryAfter(o.rec)}
+	case canceled:
+		return nil, false, o.err
 	case failed:
 		if e.cfg.failOpen {
 			f.ev.FailedOpen = true
@@ -141,6 +158,9 @@ func (e *Engine) Do(ctx context.Context, op Op, fn func(context.Context) ([]byte
 		return nil, false, &RetryError{Err: fmt.Errorf("%w: %w", ErrStoreFailure, o.err), After: e.retryAfter(0)}
 	}
 	if err := f.begin(); err != nil {
+		if f.ev.Outcome == OutcomeCanceled {
+			return nil, false, ctx.Err()
+		}
 		return nil, false, &RetryError{Err: fmt.Errorf("%w: %w", ErrStoreFailure, err), After: e.retryAfter(0)}
 	}
 	done := false
@@ -223,6 +243,8 @@ func inFlightErr(cause error) error {
 // decodeResult turns a stored Do result back into what Do returns.
 func decodeResult(r *Response) ([]byte, bool, error) {
 	switch {
+	case r.BodyOmitted:
+		return nil, true, ErrResultOmitted
 	case r.Status == statusValue:
 		return r.Body, true, nil
 	case r.Status == statusFinal:

@@ -559,8 +559,10 @@ func TestTransactionalCommitFailure(t *testing.T) {
 		runs++
 		w.WriteHeader(201)
 	}))
-	if w := post(h, "/", "k", ""); w.Code != 500 || w.Header().Get("Content-Type") != "application/problem+json" {
-		t.Errorf("commit failure: %d %v", w.Code, w.Header())
+	// 503 with Retry-After: the client (idemclient, or any that retries a
+	// 503) retries with the same key and learns the outcome.
+	if w := post(h, "/", "k", ""); w.Code != 503 || w.Header().Get("Content-Type") != "application/problem+json" || w.Header().Get("Retry-After") == "" {
+		t.Errorf("commit failure: %d %v, want a 503 problem with Retry-After", w.Code, w.Header())
 	}
 	s.fail = false
 	if w := post(h, "/", "k", ""); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "" {
@@ -582,7 +584,7 @@ func TestFingerprintRequestMatchesFingerprint(t *testing.T) {
 			r.URL.Opaque = "*"
 		}
 		body := []byte("body of " + target)
-		if got, want := fingerprintRequest(r, body), Fingerprint("POST", r.URL.RequestURI(), body); got != want {
+		if got, want := fingerprintRequest(r, body), Fingerprint("POST", r.Host+r.URL.RequestURI(), body); got != want {
 			t.Errorf("%s: fingerprintRequest %s, Fingerprint %s", target, got, want)
 		}
 	}

@@ -45,6 +45,14 @@ const (
 	// answers 503; fail open runs the handler unprotected
 	// (Event.FailedOpen).
 	OutcomeStoreFailure Outcome = "store_failure"
+	// OutcomeNoNamespace: the engine requires a namespace
+	// (WithRequiredNamespace) and the request had none; 403.
+	OutcomeNoNamespace Outcome = "no_namespace"
+	// OutcomeCanceled: the caller's context ended (the client hung up)
+	// before the request was claimed or while it waited; the work did not
+	// run. It is not a store failure: nothing runs unprotected, and it is
+	// logged at debug level.
+	OutcomeCanceled Outcome = "canceled"
 	// OutcomeSkipped: a request with a protected method ran unprotected:
 	// its key is optional and absent, or its route is marked Skip.
 	// Requests with other methods (GET, HEAD, ...) produce no event.
@@ -174,6 +182,8 @@ func SlogObserver(logger *slog.Logger) Observer {
 		case OutcomeConflict, OutcomeWaitTimeout, OutcomeFingerprintMismatch,
 			OutcomeMissingKey, OutcomeInvalidKey, OutcomeBodyTooLarge, OutcomeBodyUnreadable:
 			level = slog.LevelInfo
+		case OutcomeNoNamespace:
+			level = slog.LevelWarn // a request refused for want of an identity: loud
 		case OutcomeStoreFailure:
 			level = slog.LevelError
 			if ev.FailedOpen {

@@ -10,10 +10,12 @@ import (
 	"sync"
 )
 
-// Fingerprint returns the default request fingerprint: the lowercase hex
-// SHA-256 of the method, the path with its query (the request-target, as
-// in r.URL.RequestURI()) and the body. Each part is length-prefixed, so
-// moving bytes between parts changes the fingerprint.
+// Fingerprint returns a fingerprint of three parts: the lowercase hex
+// SHA-256 of the method, the target and the body. Each part is
+// length-prefixed, so moving bytes between parts changes the fingerprint.
+// The HTTP middleware's default is Fingerprint(r.Method, r.Host +
+// r.URL.RequestURI(), body); Engine.Do callers pass what identifies their
+// operation.
 func Fingerprint(method, pathAndQuery string, body []byte) string {
 	h := sha256.New()
 	writeFingerprint(h, method, pathAndQuery, body)
@@ -48,12 +50,13 @@ func fingerprintRequest(r *http.Request, body []byte) string {
 	hs := hashPool.Get().(*hasher)
 	hs.h.Reset()
 	u := r.URL
-	target := hs.buf[:0]
+	target := append(hs.buf[:0], r.Host...)
 	if u.Opaque != "" {
 		target = append(target, u.RequestURI()...)
 	} else {
+		n := len(target)
 		target = append(target, u.EscapedPath()...)
-		if len(target) == 0 {
+		if len(target) == n {
 			target = append(target, '/')
 		}
 		if u.ForceQuery || u.RawQuery != "" {

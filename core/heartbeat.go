@@ -38,11 +38,7 @@ func (b *beats) add(f *flight) {
 	if !e.cfg.beat {
 		return
 	}
-	every := f.lease / 3
-	if e.cfg.heartbeat > 0 {
-		every = min(e.cfg.heartbeat, every)
-	}
-	every = max(every, time.Millisecond)
+	every := e.beatEvery(f.lease)
 	period := max(every/2, time.Millisecond)
 	now := time.Now()
 	b.mu.Lock()
@@ -128,4 +124,15 @@ func (b *beats) extend(f *flight) {
 	if lost {
 		b.remove(f)
 	}
+}
+
+// beatEvery returns how often a claim with this lease is extended: a
+// third of the lease, or the heartbeat interval when that is shorter, at
+// least a millisecond.
+func (e *Engine) beatEvery(lease time.Duration) time.Duration {
+	every := lease / 3
+	if e.cfg.heartbeat > 0 {
+		every = min(e.cfg.heartbeat, every)
+	}
+	return max(every, time.Millisecond)
 }

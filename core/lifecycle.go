@@ -60,6 +60,7 @@ const (
 	mismatch                    // the key belongs to another request
 	inFlight                    // another flight holds the key: f.rec; retry after retryAfter
 	failed                      // the store failed: f.err
+	canceled                    // the caller's context ended first: f.err
 )
 
 // outcome of acquire, with what the caller answers from.
@@ -135,7 +136,15 @@ func (f *flight) existing(rec *Record, waited bool) outcome {
 	return outcome{verdict: inFlight, rec: rec}
 }
 
+// storeFailure reports a store call that failed before the work ran: a
+// store failure, or, when the caller's context ended meanwhile (the
+// client hung up), a cancellation, which is not the store's fault and
+// never runs the work unprotected.
 func (f *flight) storeFailure(err error) outcome {
+	if cerr := f.ctx.Err(); cerr != nil {
+		f.ev.Outcome, f.ev.Err = OutcomeCanceled, fmt.Errorf("%w (the store call ended with: %w)", cerr, err)
+		return outcome{verdict: canceled, err: cerr}
+	}
 	f.ev.Outcome, f.ev.Err = OutcomeStoreFailure, err
 	return outcome{verdict: failed, err: err}
 }
@@ -172,6 +181,8 @@ func (f *flight) wait(rec *Record) outcome {
 		// happened before it is not missed.
 		res, err := f.claim()
 		switch {
+		case err != nil && f.ctx.Err() != nil:
+			return f.storeFailure(err) // canceled
 		case err != nil:
 			// The key is known to be in flight: never run unprotected
 			// beside it, even with fail open.
@@ -198,8 +209,8 @@ func (f *flight) wait(rec *Record) outcome {
 		case <-f.ctx.Done():
 			poll.Stop()
 			f.ev.Err = f.ctx.Err()
-			f.ev.Outcome = OutcomeWaitTimeout
-			return outcome{verdict: inFlight, rec: rec}
+			f.ev.Outcome = OutcomeCanceled
+			return outcome{verdict: canceled, err: f.ctx.Err()}
 		}
 		poll.Stop()
 	}
@@ -242,7 +253,10 @@ func (f *flight) runContext(ctx context.Context) context.Context {
 // released. It returns false when a failed commit lost the answer: the
 // caller reports a failure instead of resp.
 func (f *flight) settle(resp Response, keep bool) bool {
-	f.e.beats.remove(f)
+	// The heartbeat keeps the claim alive until the record is stored or
+	// released: a store that stalls through the completion must not see
+	// the lease run out meanwhile.
+	defer f.e.beats.remove(f)
 	// With a transaction, Commit's own token check decides a lost claim.
 	switch {
 	case !keep:

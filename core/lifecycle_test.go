@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-func TestLostClaimWithTransactionAnswers500(t *testing.T) {
+func TestLostClaimWithTransactionAnswers503(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &txStore{testStore: newTestStore()}
 		e, _ := newEngine(t, s, WithLease(3*time.Second), WithHeartbeat(time.Second))
@@ -20,8 +20,8 @@ func TestLostClaimWithTransactionAnswers500(t *testing.T) {
 			time.Sleep(2 * time.Second)
 			w.WriteHeader(201)
 		}))
-		if w := post(h, "/", "k", ""); w.Code != 500 {
-			t.Errorf("a lost claim in a transaction: %d, want 500 (nothing was committed)", w.Code)
+		if w := post(h, "/", "k", ""); w.Code != 503 || w.Header().Get("Retry-After") == "" {
+			t.Errorf("a lost claim in a transaction: %d, want 503 with Retry-After (nothing was committed; a retry learns the outcome)", w.Code)
 		}
 		if s.committed != 0 || s.rolled == 0 {
 			t.Errorf("committed %d, rolled back %d", s.committed, s.rolled)

@@ -1,8 +1,15 @@
 package idem
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -86,4 +93,175 @@ func TestLateCompletionLandsAfterTheLease(t *testing.T) {
 			t.Errorf("handler ran %d times, want 1", n)
 		}
 	})
+}
+
+// TestPendingBytesIsABound: completions waiting for a store that blipped
+// stay within WithMaxPendingBytes; one completion larger than the whole
+// bound evicts none of the others, and is kept without its body, so its
+// key still settles (a retry gets status and headers, not a second run).
+func TestPendingBytesIsABound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newBlipStore()
+		e, ev := newEngine(t, s, WithMaxPendingBytes(4096))
+		big := strings.Repeat("b", 8192)
+		runs := map[string]int{}
+		var mu sync.Mutex
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			runs[r.Header.Get("Idempotency-Key")]++
+			mu.Unlock()
+			w.WriteHeader(201)
+			if r.Header.Get("Idempotency-Key") == "big" {
+				io.WriteString(w, big)
+				return
+			}
+			io.WriteString(w, "small")
+		}))
+		s.set(true, "complete")
+		for _, k := range []string{"a", "b", "c", "big"} {
+			if w := post(h, "/", k, ""); w.Code != 201 {
+				t.Fatalf("first request %q: %d", k, w.Code)
+			}
+		}
+		if hasOutcome(ev, OutcomeCompletionDropped) {
+			t.Errorf("outcomes %v: a completion was dropped to make room for one larger than the whole bound", ev.outcomes())
+		}
+		if n := e.bg.pending(); n != 4 {
+			t.Errorf("%d completions pending, want 4", n)
+		}
+		if b := e.bg.bytes; b > 4096 {
+			t.Errorf("pending work holds %d bytes, over the bound of 4096", b)
+		}
+		s.set(false, "complete")
+		time.Sleep(2 * time.Second)
+		for _, k := range []string{"a", "b", "c", "big"} {
+			w := post(h, "/", k, "")
+			if w.Header().Get("Idempotent-Replayed") != "true" {
+				t.Errorf("retry %q: %d, want a replay", k, w.Code)
+			}
+			if k == "big" && w.Header().Get(HeaderBodyOmitted) != "true" {
+				t.Errorf("retry of the completion too large to keep pending: want %s: true, got %v", HeaderBodyOmitted, w.Header())
+			}
+		}
+		for k, n := range runs {
+			if n != 1 {
+				t.Errorf("key %q ran %d times", k, n)
+			}
+		}
+	})
+}
+
+// hangingStore's Claim waits until its context ends, as a store does when
+// the client hangs up in the middle of the call.
+type hangingStore struct{ *testStore }
+
+func (s hangingStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+	<-ctx.Done()
+	return ClaimResult{}, fmt.Errorf("hangingStore: %w", ctx.Err())
+}
+
+// TestHangUpDuringClaimIsNotAStoreFailure: a client that hangs up while
+// its claim is in flight is not a store failure: no error-level event,
+// and with WithFailOpen the handler does not run unprotected.
+func TestHangUpDuringClaimIsNotAStoreFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		e, err := New(hangingStore{newTestStore()}, WithFailOpen(), WithLogger(logger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true }))
+		ctx, cancel := context.WithCancel(t.Context())
+		r := httptest.NewRequestWithContext(ctx, "POST", "/", nil)
+		r.Header.Set("Idempotency-Key", "k")
+		go func() { time.Sleep(100 * time.Millisecond); cancel() }()
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if ran {
+			t.Error("the handler ran unprotected after the client hung up during the claim (fail open)")
+		}
+		if strings.Contains(buf.String(), "level=ERROR") || strings.Contains(buf.String(), "store_failure") {
+			t.Errorf("a hang-up was logged as a store failure:\n%s", buf.String())
+		}
+	})
+}
+
+// TestScopingDefaults: the same key and body sent to two hosts of a
+// multi-host service is never one host's response replayed to the other;
+// with WithRequiredNamespace, a request without a namespace (idem mounted
+// before authentication, an anonymous client) is refused, never scoped
+// globally, and so is a Do call.
+func TestScopingDefaults(t *testing.T) {
+	t.Run("two hosts", func(t *testing.T) {
+		e, _ := newEngine(t, newTestStore())
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(201)
+			io.WriteString(w, "private to "+r.Host)
+		}))
+		send := func(host string) *httptest.ResponseRecorder {
+			r := httptest.NewRequest("POST", "http://"+host+"/orders", strings.NewReader(`{"item":"book"}`))
+			r.Header.Set("Idempotency-Key", "order-1")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w
+		}
+		send("tenant-a.example.com")
+		if w := send("tenant-b.example.com"); strings.Contains(w.Body.String(), "tenant-a") {
+			t.Errorf("tenant-b got %d %q: tenant-a's response", w.Code, w.Body)
+		}
+	})
+	t.Run("required namespace", func(t *testing.T) {
+		type userKey struct{}
+		e, ev := newEngine(t, newTestStore(), WithRequiredNamespace(),
+			WithNamespace(func(r *http.Request) string { u, _ := r.Context().Value(userKey{}).(string); return u }))
+		runs := 0
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++; w.WriteHeader(201) }))
+		// idem mounted before the authentication middleware: no user yet.
+		if w := post(h, "/orders", "k", ""); w.Code != http.StatusForbidden || w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("no namespace: %d %v, want a 403 problem", w.Code, w.Header())
+		}
+		if runs != 0 || !hasOutcome(ev, OutcomeNoNamespace) {
+			t.Errorf("runs %d, outcomes %v: want no run and no_namespace", runs, ev.outcomes())
+		}
+		r := httptest.NewRequest("POST", "/orders", nil)
+		r = r.WithContext(context.WithValue(r.Context(), userKey{}, "alice"))
+		r.Header.Set("Idempotency-Key", "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 201 || runs != 1 {
+			t.Errorf("with a namespace: %d, runs %d", w.Code, runs)
+		}
+		_, _, err := e.Do(t.Context(), Op{Kind: "q", Name: "n", Key: "k", Fingerprint: "f"}, func(context.Context) ([]byte, error) { return nil, nil })
+		if !errors.Is(err, ErrNamespaceRequired) {
+			t.Errorf("Do without a namespace: %v, want ErrNamespaceRequired", err)
+		}
+	})
+}
+
+// omittingStore keeps every response without its body, as a store does
+// past its size limit (the memory store's byte budget, say).
+type omittingStore struct{ *testStore }
+
+func (s omittingStore) Complete(ctx context.Context, scope, key, token string, resp Response, now, exp time.Time) error {
+	return s.testStore.Complete(ctx, scope, key, token, resp.WithoutBody(), now, exp)
+}
+
+// TestDoReplaysAnOmittedResultAsAnError: a Do result the store kept
+// without its value never comes back as an empty success.
+func TestDoReplaysAnOmittedResultAsAnError(t *testing.T) {
+	e, _ := newEngine(t, omittingStore{newTestStore()})
+	op := Op{Kind: "q", Name: "charge", Key: "k", Fingerprint: "f"}
+	runs := 0
+	fn := func(context.Context) ([]byte, error) { runs++; return []byte(`{"receipt":"r-1"}`), nil }
+	if v, replayed, err := e.Do(t.Context(), op, fn); err != nil || replayed || string(v) != `{"receipt":"r-1"}` {
+		t.Fatalf("first call: %q %v %v", v, replayed, err)
+	}
+	v, replayed, err := e.Do(t.Context(), op, fn)
+	if !errors.Is(err, ErrResultOmitted) || !replayed || v != nil {
+		t.Errorf("retry of a result kept without its value: %q, replayed %v, err %v; want ErrResultOmitted", v, replayed, err)
+	}
+	if runs != 1 {
+		t.Errorf("fn ran %d times", runs)
+	}
 }

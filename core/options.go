@@ -61,6 +61,7 @@ type config struct {
 	maxPendingBytes    int64
 	problemBase        string
 	namespace          func(*http.Request) string
+	requireNamespace   bool
 	fingerprint        func(r *http.Request, body []byte) string
 	release            func(status int) bool
 	observer           Observer
@@ -324,9 +325,23 @@ func WithNamespace(fn func(*http.Request) string) Option {
 	}
 }
 
+// WithRequiredNamespace refuses every protected request whose namespace
+// is empty instead of scoping its key globally: an HTTP request gets 403
+// (OutcomeNoNamespace, logged at warn level), Do returns
+// ErrNamespaceRequired. Use it in a multi-tenant service, so that a
+// request that reaches idem without an identity (idem mounted before the
+// authentication middleware, or an anonymous client) can never share a
+// key, and a stored response, with another client. HTTP needs
+// WithNamespace. Default: an empty namespace is global.
+func WithRequiredNamespace() Option {
+	return func(c *config) error { c.requireNamespace = true; return nil }
+}
+
 // WithFingerprint replaces the request fingerprint. fn gets the request and
 // its body (already read; r.Body must not be read). Default: [Fingerprint]
-// of the method, r.URL.RequestURI() and the body.
+// of the method, r.Host followed by r.URL.RequestURI() (so that the same
+// key and body sent to two hosts of a multi-host service is a 422, never
+// one host's response replayed to the other), and the body.
 func WithFingerprint(fn func(r *http.Request, body []byte) string) Option {
 	return func(c *config) error {
 		if fn == nil {

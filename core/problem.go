@@ -24,7 +24,9 @@ var (
 	problemMismatch       = problemKind{"key-reused", http.StatusUnprocessableEntity, "Idempotency key reused with a different request"}
 	problemConflict       = problemKind{"conflict", http.StatusConflict, "Request with this idempotency key is in progress"}
 	problemStore          = problemKind{"store-unavailable", http.StatusServiceUnavailable, "Idempotency store unavailable"}
-	problemCommit         = problemKind{"commit-failed", http.StatusInternalServerError, "The request's transaction failed to commit"}
+	problemCommit         = problemKind{"commit-failed", http.StatusServiceUnavailable, "The request's transaction failed to commit"}
+	problemCanceled       = problemKind{"canceled", 499, "Request canceled"}
+	problemNoNamespace    = problemKind{"namespace-required", http.StatusForbidden, "Client identity required"}
 )
 
 type problemKind struct {

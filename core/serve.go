@@ -86,6 +86,10 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	if e.cfg.namespace != nil {
 		ns = e.cfg.namespace(r)
 	}
+	if ns == "" && e.cfg.requireNamespace {
+		x.fail(OutcomeNoNamespace, problemNoNamespace, "The request carries no client identity to scope its idempotency key. Authenticate; if you did, the server mounts idem before its authentication middleware.")
+		return
+	}
 	f.scope = Scope(ns, r.Method, route)
 	if e.cfg.fingerprint != nil {
 		f.fp = e.cfg.fingerprint(r, body)
@@ -109,6 +113,9 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		x.problem(problemConflict, "A request with this key is still being processed; retry later.", seconds(f.retryAfter(o.rec)))
 	case failed:
 		x.storeFailure()
+	case canceled:
+		// The client is gone; the answer is for the log of any proxy.
+		x.problem(problemCanceled, "The request was canceled before it was claimed.", 0)
 	}
 }
 
@@ -161,6 +168,10 @@ func (x *exchange) storeFailure() {
 func (x *exchange) execute() {
 	e, f := x.p.e, &x.f
 	if f.begin() != nil {
+		if f.ev.Outcome == OutcomeCanceled {
+			x.problem(problemCanceled, "The request was canceled before it was claimed.", 0)
+			return
+		}
 		x.storeFailure()
 		return
 	}
@@ -240,7 +251,7 @@ func (x *exchange) settle(omitted bool) bool {
 		}
 	}
 	if !f.settle(resp, keep) {
-		x.problem(problemCommit, "The transaction holding the request's changes and its stored response failed to commit; retry with the same key to learn the outcome.", 0)
+		x.problem(problemCommit, "The transaction holding the request's changes and its stored response failed to commit; retry with the same key to learn the outcome.", seconds(e.retryAfter(0)))
 		return false
 	}
 	return true

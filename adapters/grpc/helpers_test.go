@@ -268,3 +268,9 @@ func retryDelay(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// newTinyMemoryStore is a memory store whose byte budget keeps no body
+// larger than maxBytes.
+func newTinyMemoryStore(maxBytes int64) idem.Store {
+	return memstore.New(memstore.WithMaxBytes(maxBytes), memstore.WithSweepInterval(0))
+}

@@ -35,6 +35,8 @@ const (
 	ReasonInFlight     = "IDEMPOTENCY_KEY_IN_FLIGHT"
 	ReasonMismatch     = "IDEMPOTENCY_KEY_REUSED"
 	ReasonStoreFailure = "IDEMPOTENCY_STORE_UNAVAILABLE"
+	ReasonNotKept      = "IDEMPOTENCY_RESULT_NOT_KEPT"
+	ReasonNoNamespace  = "IDEMPOTENCY_NAMESPACE_REQUIRED"
 )
 
 // ErrBadOption is wrapped by every error UnaryServerInterceptor and

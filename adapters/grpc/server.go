@@ -284,6 +284,13 @@ func (s *server) lifecycleError(err error) error {
 			ReasonInFlight, &errdetails.RetryInfo{RetryDelay: durationpb.New(re.After)})
 	case errors.Is(err, idem.ErrMismatch):
 		return withInfo(codes.FailedPrecondition, "idemgrpc: the idempotency key was already used with a different request", ReasonMismatch)
+	case errors.Is(err, idem.ErrResultOmitted):
+		// The call ran once; what it answered was too large to keep.
+		return withInfo(codes.DataLoss, "idemgrpc: a call with this idempotency key already ran, but its response was too large to keep and cannot be replayed", ReasonNotKept)
+	case errors.Is(err, idem.ErrNamespaceRequired):
+		return withInfo(codes.PermissionDenied, "idemgrpc: the call carries no client identity to scope its idempotency key", ReasonNoNamespace)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
 	case errors.Is(err, idem.ErrStoreFailure) && hasHint:
 		return withInfo(codes.Unavailable, fmt.Sprintf("idemgrpc: the idempotency store is unavailable; retry with the same key in %v", re.After),
 			ReasonStoreFailure, &errdetails.RetryInfo{RetryDelay: durationpb.New(re.After)})

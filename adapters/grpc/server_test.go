@@ -558,3 +558,26 @@ func TestExactlyOnce(t *testing.T) {
 		t.Errorf("%d rows after %d runs, want 1 row after 2", n, svc.runs.Load())
 	}
 }
+
+// TestResultNotKept: a response the store kept without its body (past the
+// memory store's byte budget here) is never replayed as an empty success:
+// the retry gets DataLoss, and the handler does not run again.
+func TestResultNotKept(t *testing.T) {
+	s := newTinyMemoryStore(64)
+	svc := &service{}
+	svc.fn = func(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+		return &testpb.SimpleResponse{Username: strings.Repeat("u", 256)}, nil
+	}
+	c := testpb.NewTestServiceClient(dial(t, serve(t, newEngine(t, s), svc, nil)))
+	ctx := withKey(t.Context(), "big-answer")
+	if _, _, _, err := call(ctx, c, request("tea")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, err := call(ctx, c, request("tea"))
+	if status.Code(err) != codes.DataLoss {
+		t.Errorf("retry of an answer kept without its body: %v, want DataLoss", err)
+	}
+	if n := svc.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}
