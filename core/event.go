@@ -45,6 +45,10 @@ const (
 	// answers 503; fail open runs the handler unprotected
 	// (Event.FailedOpen).
 	OutcomeStoreFailure Outcome = "store_failure"
+	// OutcomeNotAcceptable: the stored response is content-encoded in a
+	// coding the retry does not accept and the engine cannot decode (it
+	// decodes gzip and deflate); 406. Mount compression outside idem.
+	OutcomeNotAcceptable Outcome = "not_acceptable"
 	// OutcomeNoNamespace: the engine requires a namespace
 	// (WithRequiredNamespace) and the request had none; 403.
 	OutcomeNoNamespace Outcome = "no_namespace"
@@ -180,7 +184,7 @@ func SlogObserver(logger *slog.Logger) Observer {
 		level := slog.LevelDebug
 		switch ev.Outcome {
 		case OutcomeConflict, OutcomeWaitTimeout, OutcomeFingerprintMismatch,
-			OutcomeMissingKey, OutcomeInvalidKey, OutcomeBodyTooLarge, OutcomeBodyUnreadable:
+			OutcomeMissingKey, OutcomeInvalidKey, OutcomeBodyTooLarge, OutcomeBodyUnreadable, OutcomeNotAcceptable:
 			level = slog.LevelInfo
 		case OutcomeNoNamespace:
 			level = slog.LevelWarn // a request refused for want of an identity: loud

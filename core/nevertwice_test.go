@@ -2,6 +2,7 @@ package idem
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -263,5 +265,140 @@ func TestDoReplaysAnOmittedResultAsAnError(t *testing.T) {
 	}
 	if runs != 1 {
 		t.Errorf("fn ran %d times", runs)
+	}
+}
+
+// clockStore gives testStore the Clock capability: the one clock that
+// every engine sharing it reads.
+type clockStore struct{ *testStore }
+
+func (clockStore) Now(context.Context) (time.Time, error) { return time.Now(), nil }
+
+// TestSkewedInstanceDoesNotTakeOverALiveClaim: two instances share a
+// store; one's clock runs 20 s ahead, more than the 15 s lease. Judged on
+// its own clock, the live claim of the other looks abandoned and its
+// retry takes it over, running the handler twice. Aligned with the
+// store's clock, it answers 409.
+func TestSkewedInstanceDoesNotTakeOverALiveClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := clockStore{newTestStore()}
+		a, _ := newEngine(t, s)
+		b, _ := newEngine(t, s, WithClock(func() time.Time { return time.Now().Add(20 * time.Second) }))
+		release := make(chan struct{})
+		runs := 0
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs++
+			if r.Header.Get("X-First") != "" {
+				<-release
+			}
+			w.WriteHeader(201)
+		})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			r := httptest.NewRequest("POST", "/", nil)
+			r.Header.Set("Idempotency-Key", "k")
+			r.Header.Set("X-First", "1")
+			a.Middleware()(handler).ServeHTTP(httptest.NewRecorder(), r)
+		})
+		time.Sleep(time.Second)
+		if w := post(b.Middleware()(handler), "/", "k", ""); w.Code != http.StatusConflict {
+			t.Errorf("the skewed instance answered %d while the other runs the key, want 409", w.Code)
+		}
+		close(release)
+		wg.Wait()
+		if runs != 1 {
+			t.Errorf("the handler ran %d times, want 1", runs)
+		}
+		if off, bound, ok := b.ClockOffset(); !ok || off > -19*time.Second || off < -21*time.Second || bound < 0 {
+			t.Errorf("ClockOffset = %v ± %v (%v), want about -20s", off, bound, ok)
+		}
+	})
+}
+
+// gzipInside is a compression middleware mounted inside idem: it
+// compresses for a request that accepts gzip.
+func gzipInside(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		zw.Write(rec.Body.Bytes())
+		zw.Close()
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Vary", "Accept-Encoding")
+		w.Header().Set("ETag", `"gz-1"`)
+		w.WriteHeader(rec.Code)
+		w.Write(b.Bytes())
+	})
+}
+
+// TestReplayIsInAnAcceptedEncoding: a response compressed by middleware
+// inside idem is replayed to a retry that does not accept gzip as the
+// identity body, never as gzip bytes; a retry that accepts gzip gets it as
+// stored; a coding the engine cannot decode is a 406 problem.
+func TestReplayIsInAnAcceptedEncoding(t *testing.T) {
+	e, _ := newEngine(t, newTestStore())
+	const body = `{"id":"ord_1","item":"book"}`
+	h := e.Middleware()(gzipInside(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(201)
+		io.WriteString(w, body)
+	})))
+	send := func(key, ae string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/orders", nil)
+		r.Header.Set("Idempotency-Key", key)
+		if ae != "" {
+			r.Header.Set("Accept-Encoding", ae)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	send("k", "gzip, deflate")
+	for _, ae := range []string{"", "identity", "gzip;q=0, br"} {
+		w := send("k", ae)
+		if w.Body.String() != body || w.Header().Get("Content-Encoding") != "" || w.Header().Get("ETag") != "" {
+			t.Errorf("Accept-Encoding %q: replay %d %v %q, want the identity body without Content-Encoding or the gzip ETag", ae, w.Code, w.Header(), w.Body.Bytes())
+		}
+		if w.Header().Get("Content-Length") != strconv.Itoa(len(body)) || w.Header().Get("Idempotent-Replayed") != "true" {
+			t.Errorf("Accept-Encoding %q: Content-Length %q, replayed %q", ae, w.Header().Get("Content-Length"), w.Header().Get("Idempotent-Replayed"))
+		}
+	}
+	w := send("k", "br;q=1.0, gzip;q=0.5")
+	if w.Header().Get("Content-Encoding") != "gzip" {
+		t.Errorf("a retry that accepts gzip: %v, want the stored gzip body", w.Header())
+	}
+	zr, err := gzip.NewReader(w.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := io.ReadAll(zr); string(got) != body {
+		t.Errorf("gzip replay decodes to %q", got)
+	}
+
+	// A coding the engine cannot decode.
+	e2, _ := newEngine(t, newTestStore())
+	h2 := e2.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "br")
+		w.WriteHeader(201)
+		w.Write([]byte{0x1b, 0x02})
+	}))
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set("Idempotency-Key", "k")
+	r.Header.Set("Accept-Encoding", "br")
+	h2.ServeHTTP(httptest.NewRecorder(), r)
+	r.Header.Del("Accept-Encoding")
+	w = httptest.NewRecorder()
+	h2.ServeHTTP(w, r)
+	if w.Code != http.StatusNotAcceptable || w.Header().Get("Content-Type") != "application/problem+json" {
+		t.Errorf("replay of br to a request that does not accept it: %d %v, want a 406 problem", w.Code, w.Header())
 	}
 }

@@ -27,6 +27,7 @@ var (
 	problemCommit         = problemKind{"commit-failed", http.StatusServiceUnavailable, "The request's transaction failed to commit"}
 	problemCanceled       = problemKind{"canceled", 499, "Request canceled"}
 	problemNoNamespace    = problemKind{"namespace-required", http.StatusForbidden, "Client identity required"}
+	problemNotAcceptable  = problemKind{"not-acceptable", http.StatusNotAcceptable, "Stored response not acceptable"}
 )
 
 type problemKind struct {

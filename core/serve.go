@@ -105,8 +105,15 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	case acquired:
 		x.execute()
 	case replay:
-		f.ev.Status = o.rec.Response.Status
-		e.replay(w, o.rec.Response)
+		resp, err := forRequest(o.rec.Response, r.Header["Accept-Encoding"])
+		if err != nil {
+			f.ev.Err = err
+			x.fail(OutcomeNotAcceptable, problemNotAcceptable, "The stored response is content-encoded ("+
+				strings.Join(o.rec.Response.Header["Content-Encoding"], ", ")+") and this request does not accept that encoding. Retry with an Accept-Encoding that accepts it.")
+			return
+		}
+		f.ev.Status = resp.Status
+		e.replay(w, resp)
 	case mismatch:
 		x.problem(problemMismatch, "This key was already used with a different path, query or body. Use a new key for a new request.", 0)
 	case inFlight:
