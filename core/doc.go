@@ -33,8 +33,13 @@
 //	body_too_large           413                        (not applicable)           (not applicable)
 //	store_failure            503 and Retry-After        Unavailable and RetryInfo  *RetryError, ErrStoreFailure
 //	released                 the 5xx or 429 sent        the error status sent      fn's error
-//	a failed exactly-once    500                        Unavailable and RetryInfo  *RetryError, ErrStoreFailure
+//	a failed exactly-once    503 and Retry-After        Unavailable and RetryInfo  *RetryError, ErrStoreFailure
 //	commit
+//	a replay of a result     status and headers,        DataLoss                   ErrResultOmitted
+//	kept without its body    Idempotent-Body-Omitted
+//	no_namespace (required)  403                        PermissionDenied           ErrNamespaceRequired
+//	not_acceptable           406                        (not applicable)           (not applicable)
+//	canceled (hang-up)       499 (the client is gone)   Canceled                   the context's error
 //
 // What is stored rather than released: in HTTP every status but 5xx and
 // 429 ([WithReleaseRule]); in gRPC the codes its options name final; in Do
@@ -53,7 +58,7 @@
 //  3. When the response is to be stored, Tx.Commit writes the completed
 //     record in the transaction and commits it before the response is
 //     sent: the handler's writes and the record commit together or not at
-//     all. When Commit fails the engine answers 500 and releases the
+//     all. When Commit fails the engine answers 503 and releases the
 //     claim, token-checked, so a record that did commit (as it may when
 //     the connection is lost during COMMIT) stays and is replayed to the
 //     retry.
@@ -67,6 +72,23 @@
 // writes through the transaction after that point fail: a streaming
 // handler does its writes first. A failed commit is never retried in the
 // background: the transaction is gone.
+//
+// # Time
+//
+// Leases are judged by comparing the time the engine passes to a store
+// call with the lease ends that other engines wrote, so instances whose
+// clocks disagree could take over each other's live claims. When the store
+// implements [Clock] (the PostgreSQL, MySQL and Redis stores do), the
+// engine measures the difference between its clock and the store's at its
+// first claim, with one round trip, then again in the background with the
+// best of three every minute, and adds it to every time it passes: every
+// instance judges leases on the store's clock, whatever its own says.
+// [Engine.ClockOffset] reports the difference and its error bound, half
+// the round trip of the sample it came from; two instances agree to within
+// the sum of their bounds plus their clocks' drift over a minute (a few
+// milliseconds on a LAN), far below a heartbeat interval. With [WithClock]
+// the clock given is aligned the same way, so a test clock that jumps
+// forward still moves the engine's time forward.
 //
 // # Recovery
 //
@@ -96,10 +118,17 @@
 //     told 503): retried until the claim's lease ends, then reported as
 //     [OutcomeReleaseFailed].
 //
+// A claim whose lease ended while the store was away still belongs to its
+// request unless another took the key over meanwhile, so a completion
+// lands when the store is back, past the lease end too.
+//
 // Each case is reported to the Observer in an event of its own. The work
 // held is bounded by [WithMaxPendingBytes]; past it the oldest task is
 // dropped and its key frees at its lease end, as it would without the
-// retries. [Engine.Close] lands what is pending at shutdown. In
-// exactly-once mode a failed commit is not retried: the transaction is
-// gone, the key is released and the client gets 500.
+// retries, and a completion larger than the whole bound is kept without
+// its body. A store that can fail over ([FailoverBound]) gets a default
+// lease and completion retry long enough to outlast its failover.
+// [Engine.Close] lands what is pending at shutdown. In exactly-once mode
+// a failed commit is not retried: the transaction is gone, the key is
+// released and the client gets 503 with Retry-After.
 package idem
