@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -14,8 +16,8 @@ import (
 )
 
 // readExecLog parses an instance's -exec-log: one line "exec-id pid
-// started recorded key" per execution. A line that does not parse is
-// returned in bad.
+// arrived started recorded key" per execution. A line that does not parse
+// is returned in bad.
 func readExecLog(path string) (out []execution, bad []string, err error) {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
@@ -27,16 +29,17 @@ func readExecLog(path string) (out []execution, bad []string, err error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fields := strings.SplitN(sc.Text(), " ", 5)
+		fields := strings.SplitN(sc.Text(), " ", 6)
 		var x execution
-		var e1, e2, e3 error
-		if len(fields) == 5 {
-			x.Exec, x.Key = fields[0], fields[4]
-			x.PID, e1 = strconv.Atoi(fields[1])
-			x.Started, e2 = strconv.ParseInt(fields[2], 10, 64)
-			x.At, e3 = strconv.ParseInt(fields[3], 10, 64)
+		var errs [4]error
+		if len(fields) == 6 {
+			x.Exec, x.Key = fields[0], fields[5]
+			x.PID, errs[0] = strconv.Atoi(fields[1])
+			x.Arrived, errs[1] = strconv.ParseInt(fields[2], 10, 64)
+			x.Started, errs[2] = strconv.ParseInt(fields[3], 10, 64)
+			x.At, errs[3] = strconv.ParseInt(fields[4], 10, 64)
 		}
-		if len(fields) != 5 || e1 != nil || e2 != nil || e3 != nil {
+		if len(fields) != 6 || errors.Join(errs[:]...) != nil {
 			bad = append(bad, sc.Text())
 			continue
 		}
@@ -79,16 +82,21 @@ type report struct {
 
 // excuse returns why a key run more than once may have been, or "": an
 // instance that ran one of its executions was killed, stopped or
-// partitioned at some point between the key's first handler start and
+// partitioned at some point between the earliest arrival of a request
+// that ran it (the instance may have claimed the key from then on) and
 // its last execution. Only plain mode excuses.
 func (r *report) excuse(runs []execution) string {
 	if r.cfg.exactlyOnce || len(runs) < 2 {
 		return ""
 	}
-	from, to := runs[0].Started, runs[0].At
+	from, to := int64(math.MaxInt64), int64(0)
 	pids := map[int]bool{}
 	for _, x := range runs {
-		from, to = min(from, x.Started), max(to, x.At)
+		arrived := x.Arrived
+		if arrived == 0 {
+			arrived = x.Started
+		}
+		from, to = min(from, arrived), max(to, x.At)
 		pids[x.PID] = true
 	}
 	for _, f := range r.j.faults {
@@ -100,7 +108,11 @@ func (r *report) excuse(runs []execution) string {
 			end = f.start
 		}
 		if f.start.UnixNano() <= to && end.UnixNano() >= from {
-			return fmt.Sprintf("%s %s (pid %d) at %s", f.kind, f.inst.name, f.pid, r.j.at(f.start))
+			why := fmt.Sprintf("%s %s (pid %d) at %s", f.kind, f.inst.name, f.pid, r.j.at(f.start))
+			if len(pids) == 1 {
+				why += "; every run by that one process"
+			}
+			return why
 		}
 	}
 	return ""

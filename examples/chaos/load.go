@@ -24,8 +24,9 @@ type execution struct {
 	Key     string `json:"key"`
 	Exec    string `json:"exec"`
 	PID     int    `json:"pid"`
-	Started int64  `json:"started"` // Unix ns
-	At      int64  `json:"at"`      // Unix ns
+	Arrived int64  `json:"arrived"` // Unix ns: the request reached the instance
+	Started int64  `json:"started"` // Unix ns: the handler began
+	At      int64  `json:"at"`      // Unix ns: the execution was recorded
 }
 
 // answer is how one logical request ended.

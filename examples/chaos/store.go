@@ -118,13 +118,13 @@ func (s *sharedStore) committed(ctx context.Context) ([]execution, error) {
 			return nil, err
 		}
 		defer conn.Close(ctx)
-		rows, err := conn.Query(ctx, `SELECT idem_key, exec_id, pid, started, recorded FROM `+s.execTable)
+		rows, err := conn.Query(ctx, `SELECT idem_key, exec_id, pid, arrived, started, recorded FROM `+s.execTable)
 		if err != nil {
 			return nil, err
 		}
 		for rows.Next() {
 			var x execution
-			if err := rows.Scan(&x.Key, &x.Exec, &x.PID, &x.Started, &x.At); err != nil {
+			if err := rows.Scan(&x.Key, &x.Exec, &x.PID, &x.Arrived, &x.Started, &x.At); err != nil {
 				return nil, err
 			}
 			out = append(out, x)
@@ -136,14 +136,14 @@ func (s *sharedStore) committed(ctx context.Context) ([]execution, error) {
 			return nil, err
 		}
 		defer db.Close()
-		rows, err := db.QueryContext(ctx, "SELECT idem_key, exec_id, pid, started, recorded FROM `"+s.execTable+"`")
+		rows, err := db.QueryContext(ctx, "SELECT idem_key, exec_id, pid, arrived, started, recorded FROM `"+s.execTable+"`")
 		if err != nil {
 			return nil, err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var x execution
-			if err := rows.Scan(&x.Key, &x.Exec, &x.PID, &x.Started, &x.At); err != nil {
+			if err := rows.Scan(&x.Key, &x.Exec, &x.PID, &x.Arrived, &x.Started, &x.At); err != nil {
 				return nil, err
 			}
 			out = append(out, x)

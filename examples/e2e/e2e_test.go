@@ -44,6 +44,7 @@ func TestMain(m *testing.M) {
 		"github.com/idemkit/idem/examples/loadgen",
 		"github.com/idemkit/idem/examples/client",
 		"github.com/idemkit/idem/examples/natsconsumer",
+		"github.com/idemkit/idem/examples/chaos",
 	)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
