@@ -95,6 +95,7 @@ type config struct {
 	clockSkew      time.Duration
 	seed           uint64
 	keep           bool
+	logLevel       string
 	maxAttempts    int
 	budget         time.Duration
 }
@@ -124,6 +125,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.clockSkew, "clock-skew", 20*time.Second, "the first instance's clock runs this far ahead, the second's this far behind; 0 for none")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed (default: a random one, printed)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the store's tables or keys and the instances' logs")
+	fs.StringVar(&c.logLevel, "log-level", "warn", "the instances' -log-level (their stderr goes to a file each)")
 	fs.IntVar(&c.maxAttempts, "attempts", 50, "idemclient's attempts per request at most (in-progress 409s not counted)")
 	fs.DurationVar(&c.budget, "budget", time.Minute, "idemclient's time budget per request")
 	if err := fs.Parse(args); err != nil {

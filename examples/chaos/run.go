@@ -104,7 +104,7 @@ func run(ctx context.Context, c *config, w io.Writer) (ok bool, err error) {
 		}
 		in.args = append(st.args(p.addr),
 			"-framework", fw, "-lease", c.lease.String(), "-store-timeout", c.storeTimeout.String(),
-			"-log-level", "warn", "-exec-log", in.execLog)
+			"-log-level", c.logLevel, "-exec-log", in.execLog)
 		if skew != 0 {
 			in.args = append(in.args, "-clock-skew", skew.String())
 		}
@@ -169,7 +169,7 @@ func run(ctx context.Context, c *config, w io.Writer) (ok bool, err error) {
 		fmt.Fprintln(w, "  "+j.describe(f))
 	}
 
-	r := &report{cfg: c, j: j, insts: insts, answers: l.answers, attempt: l.attempts, exits: exitNotes}
+	r := &report{cfg: c, j: j, insts: insts, answers: l.answers, attempt: l.attempts, exits: exitNotes, interrupted: ctx.Err() != nil}
 	for _, in := range insts {
 		xs, bad, err := readExecLog(in.execLog)
 		if err != nil {
