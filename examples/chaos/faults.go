@@ -83,6 +83,13 @@ func (j *injector) run(ctx context.Context) {
 				in.mu.Unlock()
 			}()
 			j.inject(f)
+			if f.kind == faultStall || f.kind == faultCut {
+				// Let the heartbeat (every third of the lease, checked
+				// twice as often) reach the store before the next store
+				// fault on this instance: back-to-back short faults
+				// would add up to a partition nobody excuses.
+				time.Sleep(j.cfg.lease / 2)
+			}
 		})
 	}
 }

@@ -27,7 +27,9 @@
 //	partition  the instance's store proxy hangs as long as a stop
 //
 // (L is the lease.) A fault that takes an instance away (kill, stop,
-// partition) always leaves another untouched. New requests start for
+// partition) always leaves another untouched, an instance has one fault at
+// a time, and after a stall or a cut it gets none for L/2, so that its
+// heartbeat reaches the store between two short store faults. New requests start for
 // -duration, or until -requests keys were sent; then the faults are
 // undone, the requests in flight finish, and the instances are shut down
 // with SIGTERM, so every execution is recorded. Every instance appends
