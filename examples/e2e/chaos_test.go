@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,5 +90,55 @@ func TestChaos(t *testing.T) {
 			}
 			t.Logf("chaos %s (%v):\n%s", tc.name, time.Since(began).Round(100*time.Millisecond), out.String())
 		})
+	}
+}
+
+// TestFixturePay: POST /pay answers its execution, records it in the
+// -exec-log file before the answer, and a retry replays the same one.
+func TestFixturePay(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "exec")
+	p := start(t, "fixture", "-exec-log", log)
+	first := call(t, "POST", p.url+"/pay?ms=10", "pay-1", "x")
+	retry := call(t, "POST", p.url+"/pay?ms=10", "pay-1", "x")
+	var x struct {
+		Key, Exec            string
+		PID                  int
+		Arrived, Started, At int64
+	}
+	if err := json.Unmarshal([]byte(first.body), &x); err != nil || first.code != 201 || x.Key != "pay-1" || x.Exec == "" || x.PID != p.cmd.Process.Pid {
+		t.Fatalf("first: %d %q (%v)", first.code, first.body, err)
+	}
+	if !(x.Arrived > 0 && x.Arrived <= x.Started && x.Started <= x.At) {
+		t.Errorf("times out of order: %+v", x)
+	}
+	if !retry.replayed() || retry.body != first.body {
+		t.Errorf("retry: %d replayed=%v %q, want the first answer replayed", retry.code, retry.replayed(), retry.body)
+	}
+	b, err := os.ReadFile(log)
+	want := fmt.Sprintf("%s %d %d %d %d pay-1\n", x.Exec, x.PID, x.Arrived, x.Started, x.At)
+	if err != nil || string(b) != want {
+		t.Errorf("exec log %q (%v), want %q", b, err, want)
+	}
+}
+
+// TestChaosBadFlags: the fixture's and the chaos program's new flags
+// reject bad values with status 2 and a message.
+func TestChaosBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"fixture", "-exec-table", "runs"}, // needs -exactly-once
+		{"fixture", "-store", "postgres", "-exactly-once", "-exec-table", "runs; DROP TABLE x"},
+		{"fixture", "-clock-skew", "soon"},
+		{"chaos", "-store", "memory"},
+		{"chaos", "-store", "redis", "-exactly-once"},
+		{"chaos", "-instances", "1"},
+		{"chaos", "-faults", "kill,flood"},
+		{"chaos", "-lease", "0s"},
+		{"chaos", "-fixture", filepath.Join(bin, "no-such-program")},
+	} {
+		cmd := exec.Command(filepath.Join(bin, args[0]), args[1:]...)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "error: ") {
+			t.Errorf("%q: exit %d, output %q; want 2 and an error", args, code, out)
+		}
 	}
 }
