@@ -44,7 +44,10 @@ var rewriters = []rewriter{
 	{"MethodOverride", middleware.MethodOverride(), []variant{{"POST", "/orders/7", "PUT"}, {"POST", "/orders/7", "PATCH"}}},
 	{"any method override", anyOverride, overrides},
 	{"Recover", middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}), nil},
-	{"Logger", middleware.LoggerWithConfig(middleware.LoggerConfig{Output: io.Discard}), nil},
+	{"RequestLogger", middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
+		LogStatus: true, LogURI: true,
+		LogValuesFunc: func(echo.Context, middleware.RequestLoggerValues) error { return nil },
+	}), nil},
 }
 
 // runCounts are the runs of the protected and the other handlers.
