@@ -155,14 +155,17 @@ func TestMiddlewareRewrites(t *testing.T) {
 					e, _ := newEngine(t, newTestStore())
 					n := new(muxCounts)
 					h := pl.build(m.h, e.Middleware(), n)
-					if w := sendRewrite(h, v, ""); n.protected.Load() != 0 {
-						t.Errorf("%s %s (override %q), no key: %d %q: the protected handler ran unprotected", v.method, v.target, v.override, w.Code, w.Body)
+					noKey := sendRewrite(h, v, "")
+					if n.protected.Load() != 0 {
+						t.Errorf("%s %s (override %q), no key: %d %q: the protected handler ran unprotected", v.method, v.target, v.override, noKey.Code, noKey.Body)
 						continue
 					}
 					first, second := sendRewrite(h, v, "k"), sendRewrite(h, v, "k")
 					switch ran := n.protected.Load(); {
 					case ran > 1:
 						t.Errorf("%s %s (override %q) twice with one key: the protected handler ran %d times", v.method, v.target, v.override, ran)
+					case ran == 1 && noKey.Code != http.StatusBadRequest:
+						t.Errorf("%s %s (override %q), no key: %d, want 400", v.method, v.target, v.override, noKey.Code)
 					case ran == 1 && (first.Code != 201 || second.Code != 201 || second.Header().Get("Idempotent-Replayed") != "true"):
 						t.Errorf("%s %s (override %q): %d %q then %d, want 201 and a replay", v.method, v.target, v.override, first.Code, first.Body, second.Code)
 					case ran == 0 && (i < 2 || pl.works) && n.other.Load() == 0 && m.name != "StripPrefix":

@@ -198,8 +198,9 @@ func TestRewritingMiddleware(t *testing.T) {
 					n := new(counts)
 					h := pl.build(m.h, idemchi.Middleware(e), n)
 					target := prefixed(pl.prefix, v.target)
-					if r := send(h, v, target, ""); n.protected.Load() != 0 {
-						t.Errorf("%s %s (override %q), no key: %d %q: the protected handler ran unprotected", v.method, target, v.override, r.code, r.body)
+					noKey := send(h, v, target, "")
+					if n.protected.Load() != 0 {
+						t.Errorf("%s %s (override %q), no key: %d %q: the protected handler ran unprotected", v.method, target, v.override, noKey.code, noKey.body)
 						continue
 					}
 					first := send(h, v, target, "k")
@@ -211,6 +212,8 @@ func TestRewritingMiddleware(t *testing.T) {
 					}
 					plain := i < 2 || m.variants == nil
 					switch {
+					case ran == 1 && noKey.code != http.StatusBadRequest:
+						t.Errorf("%s %s (override %q), no key: %d, want 400", v.method, target, v.override, noKey.code)
 					case ran == 1 && (first.code != 201 || second.code != 201 || !second.replayed()):
 						t.Errorf("%s %s (override %q): %d %q then %d replayed=%v, want 201 and a replay", v.method, target, v.override, first.code, first.body, second.code, second.replayed())
 					case ran == 0 && (plain || pl.works) && n.other.Load() == 0:

@@ -186,14 +186,17 @@ func TestRewritingMiddleware(t *testing.T) {
 					n := new(runCounts)
 					h := pl.build(m.mw, idemechov5.Middleware(eng), n)
 					target := prefixed(pl.prefix, v.target)
-					if w := send(h, v, target, ""); n.protected.Load() != 0 {
-						t.Errorf("%s %s (override %q), no key: %d %q: the protected handler ran unprotected", v.method, target, v.override, w.Code, w.Body)
+					noKey := send(h, v, target, "")
+					if n.protected.Load() != 0 {
+						t.Errorf("%s %s (override %q), no key: %d %q: the protected handler ran unprotected", v.method, target, v.override, noKey.Code, noKey.Body)
 						continue
 					}
 					first, second := send(h, v, target, "k"), send(h, v, target, "k")
 					switch ran := n.protected.Load(); {
 					case ran > 1:
 						t.Errorf("%s %s (override %q) twice with one key: the protected handler ran %d times", v.method, target, v.override, ran)
+					case ran == 1 && noKey.Code != http.StatusBadRequest:
+						t.Errorf("%s %s (override %q), no key: %d, want 400", v.method, target, v.override, noKey.Code)
 					case ran == 1 && (first.Code != 201 || second.Code != 201 || !isReplay(second)):
 						t.Errorf("%s %s (override %q): %d %q then %d replayed=%v, want 201 and a replay", v.method, target, v.override, first.Code, first.Body, second.Code, isReplay(second))
 					case ran == 0 && (i < 2 || pl.works) && n.other.Load() == 0:

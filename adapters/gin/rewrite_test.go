@@ -163,8 +163,9 @@ func TestRewritingOptions(t *testing.T) {
 					if strings.HasPrefix(v.target, "//") {
 						target = "//" + strings.TrimPrefix(pl.prefix, "/") + v.target[1:]
 					}
-					if w := sendVariant(h, v, target, ""); n.protected.Load() != 0 {
-						t.Errorf("%s %s (override %q), no key: %d %q: the protected handler ran unprotected", v.method, target, v.override, w.Code, w.Body)
+					noKey := sendVariant(h, v, target, "")
+					if n.protected.Load() != 0 {
+						t.Errorf("%s %s (override %q), no key: %d %q: the protected handler ran unprotected", v.method, target, v.override, noKey.Code, noKey.Body)
 						continue
 					}
 					first := sendVariant(h, v, target, "k")
@@ -172,6 +173,8 @@ func TestRewritingOptions(t *testing.T) {
 					switch ran := n.protected.Load(); {
 					case ran > 1:
 						t.Errorf("%s %s (override %q) twice with one key: the protected handler ran %d times", v.method, target, v.override, ran)
+					case ran == 1 && noKey.Code != http.StatusBadRequest:
+						t.Errorf("%s %s (override %q), no key: %d, want 400", v.method, target, v.override, noKey.Code)
 					case ran == 1 && (first.Code != 201 || second.Code != 201 || !replayed(second)):
 						t.Errorf("%s %s (override %q): %d %q then %d replayed=%v, want 201 and a replay", v.method, target, v.override, first.Code, first.Body, second.Code, replayed(second))
 					case ran == 0 && v.override == "" && first.Code != 301 && first.Code != 307 && first.Code != 308 && first.Code != 404:
