@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	idemechov5 "github.com/idemkit/idem/adapters/echov5"
+	"github.com/idemkit/idem/conformance"
+	idem "github.com/idemkit/idem/core"
 	"github.com/labstack/echo/v5"
 	"github.com/labstack/echo/v5/middleware"
 )
@@ -236,4 +238,32 @@ func TestRewritingMiddlewareUnmatched(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestConformanceBehindPreRewrites runs the conformance suite with Echo's
+// Pre rewrites before idem, idem in Use.
+func TestConformanceBehindPreRewrites(t *testing.T) {
+	conformance.RunHTTP(t, conformance.Harness{NewStore: newMemStore, Handler: func(_ *testing.T, eng *idem.Engine, f *conformance.Fixture) http.Handler {
+		e := quietEcho()
+		e.Pre(middleware.RemoveTrailingSlash(), middleware.Rewrite(map[string]string{"/v1/*": "/$1"}), middleware.MethodOverride())
+		e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}), idemechov5.Middleware(eng, conformance.GlobalOptions()...))
+		for _, rt := range f.Routes() {
+			e.Add(rt.Method, rt.ColonPath(), fixtureHandler(rt))
+		}
+		return e
+	}})
+}
+
+// TestConformanceInPre runs the conformance suite with idem in Echo.Pre,
+// after the Pre rewrites, where Echo has not routed the request yet.
+func TestConformanceInPre(t *testing.T) {
+	conformance.RunHTTP(t, conformance.Harness{NewStore: newMemStore, Handler: func(_ *testing.T, eng *idem.Engine, f *conformance.Fixture) http.Handler {
+		e := quietEcho()
+		e.Pre(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}),
+			middleware.RemoveTrailingSlash(), middleware.MethodOverride(), idemechov5.Middleware(eng, conformance.GlobalOptions()...))
+		for _, rt := range f.Routes() {
+			e.Add(rt.Method, rt.ColonPath(), fixtureHandler(rt))
+		}
+		return e
+	}})
 }

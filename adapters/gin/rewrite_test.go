@@ -11,6 +11,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	idemgin "github.com/idemkit/idem/adapters/gin"
+	"github.com/idemkit/idem/conformance"
+	idem "github.com/idemkit/idem/core"
 )
 
 // methodOverride sets the method from X-HTTP-Method-Override, for any
@@ -211,4 +213,19 @@ func TestRewritingOptionsUnmatched(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestConformanceRouterOptions runs the conformance suite on an engine
+// with Gin's path options on and a logger after idem.
+func TestConformanceRouterOptions(t *testing.T) {
+	conformance.RunHTTP(t, conformance.Harness{NewStore: newStore, Handler: func(_ *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
+		r := gin.New()
+		r.HandleMethodNotAllowed = true
+		r.RedirectTrailingSlash, r.RedirectFixedPath, r.RemoveExtraSlash, r.UseRawPath = true, true, true, true
+		r.Use(recovery(), idemgin.Middleware(e, conformance.GlobalOptions()...), logger)
+		for _, rt := range f.Routes() {
+			r.Handle(rt.Method, rt.ColonPath(), fixtureHandler(rt))
+		}
+		return r
+	}})
 }
