@@ -12,8 +12,18 @@ import (
 // answer; when next is itself a *http.ServeMux, the pattern it would match
 // (a request it does not match, 404 or 405, passes through untouched); or
 // the ServeMux pattern of the request (r.Pattern, set when the middleware
-// wraps a handler registered on a ServeMux), without its method. Otherwise the route is empty: keys are scoped by method and
-// namespace only.
+// wraps a handler registered on a ServeMux), without its method.
+// Otherwise the route is empty: keys are scoped by method and namespace
+// only.
+//
+// A handler that rewrites the path or the method belongs before this
+// middleware, so that the mux it wraps is asked about the request as it
+// will be routed. Between this middleware and the mux, a path rewrite
+// hides the mux: every request with a protected method is protected,
+// scoped by method and namespace only; a method override there could turn
+// a GET this middleware let through into a POST, and must not be used.
+// Behind a ServeMux, the request is judged by the method of the pattern
+// the mux routed it by, whatever a handler in between made of r.Method.
 //
 //	mux := http.NewServeMux()
 //	mux.Handle("POST /orders", createOrder)
@@ -23,11 +33,13 @@ func (e *Engine) Middleware(opts ...RouteOption) func(http.Handler) http.Handler
 	return func(next http.Handler) http.Handler {
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !e.Protects(r.Method) {
+			// Behind a ServeMux (r.Pattern set), the method the mux
+			// routed r by is the pattern's, whatever r.Method is now.
+			method, route := patternRoute(r.Method, r.Pattern)
+			if !e.Protects(method) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			var route string
 			switch {
 			case p.routeFunc != nil:
 				route = p.routeFunc(r)
@@ -39,19 +51,30 @@ func (e *Engine) Middleware(opts ...RouteOption) func(http.Handler) http.Handler
 					next.ServeHTTP(w, r)
 					return
 				}
-				route = patternRoute(pattern)
-			case r.Pattern != "":
-				route = patternRoute(r.Pattern)
+				_, route = patternRoute(method, pattern)
+			}
+			if method != r.Method {
+				// A handler changed the method after the mux routed r: the
+				// engine judges r as routed, next gets it changed.
+				changed, routed := r.Method, r.WithContext(r.Context())
+				routed.Method = method
+				p.Serve(w, routed, route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					r = r.WithContext(r.Context())
+					r.Method = changed
+					next.ServeHTTP(w, r)
+				}))
+				return
 			}
 			p.Serve(w, r, route, next)
 		})
 	}
 }
 
-// patternRoute strips the method from a ServeMux pattern ("POST /a/{id}").
-func patternRoute(pattern string) string {
+// patternRoute splits a ServeMux pattern ("POST /a/{id}") into its method,
+// or method when it has none, and its route.
+func patternRoute(method, pattern string) (string, string) {
 	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
-		return strings.TrimLeft(pattern[i:], " \t")
+		return pattern[:i], strings.TrimLeft(pattern[i:], " \t")
 	}
-	return pattern
+	return method, pattern
 }

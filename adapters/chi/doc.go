@@ -5,73 +5,43 @@
 //
 // # Mounting
 //
-// Mount the middleware once on the way to each route: once for the whole
-// router, with per-route options given by route template in
-// idem.ForRoute,
+// Mount the middleware once on the way to each route, in r.Use (options
+// per route in idem.ForRoute), r.With, r.Group or a sub-router's r.Use:
 //
 //	r := chi.NewRouter()
-//	r.Use(middleware.Recoverer) // outermost: it answers panics with 500
-//	r.Use(idemchi.Middleware(engine,
-//		idem.ForRoute("POST", "/search", idem.Optional()),
-//		idem.ForRoute("POST", "/webhooks/{source}", idem.Skip()),
-//	))
+//	r.Use(middleware.Recoverer, middleware.StripSlashes) // recovery outermost, rewrites before idem
+//	r.Use(idemchi.Middleware(engine, idem.ForRoute("POST", "/search", idem.Optional())))
+//	r.With(idemchi.Middleware(engine, idem.TTL(time.Hour))).Post("/orders", createOrder)
 //
-// or where routes and groups are declared, with their options there:
+// Build each middleware once, where the router is declared; nil options
+// are ignored. A middleware behind one that already protects the request
+// passes it through: the outer one's policy applies.
 //
-//	r := chi.NewRouter()
-//	r.Use(middleware.Recoverer)
-//	r.With(idemchi.Middleware(engine, idem.Optional())).Post("/search", search)
-//	r.Group(func(r chi.Router) {
-//		r.Use(idemchi.Middleware(engine, idem.TTL(time.Hour)))
-//		r.Post("/orders", createOrder)
-//		r.Post("/orders/{id}/payments", pay)
-//	})
+// # Route templates and middleware order
 //
-// It works in every place chi takes middleware: r.Use, r.With, r.Group
-// and a mounted sub-router's r.Use. Build each middleware once, where the
-// router is declared: it compiles its options into an idem.Policy then,
-// and ignores nil options.
+// Keys are scoped by the client's namespace, the method and the full
+// template of the route, as chi's RoutePattern writes it: "/orders/{id}",
+// or "/api/orders/{id}" inside r.Route("/api", ...) or r.Mount. In r.With
+// and r.Group, chi has routed the request and the template is chi's. In
+// r.Use, chi has not: the middleware asks the router, with chi's Find,
+// where it routes the request as it is then. A middleware that rewrites
+// the path or the method (StripSlashes, CleanPath, URLFormat, a method
+// override) must therefore come before idem in r.Use, or idem go inline.
+// A rewrite after idem cannot take a request past it unprotected: a
+// request with a protected method that chi does not route when idem sees
+// it gets the router's own 404 or 405 (its NotFound and MethodNotAllowed
+// handlers, with Allow set), and a request with another method is routed
+// by the method idem saw. A method changed after chi routed the request
+// is judged by the method chi routed it by.
 //
-// # Nesting
-//
-// A middleware behind one that already protects the request passes it
-// through: the outer one's policy applies and the inner one's options do
-// not.
-//
-// # Route templates
-//
-// Keys are scoped by the client's namespace, the method and the template
-// of the route the request matched, the same string wherever the
-// middleware is mounted: the same key sent to /orders/1 and /orders/2 is
-// one scope and a 422, and the same key sent to two routes runs both.
-// chi's template is written as its Context.RoutePattern writes it:
-// "/orders/{id}", or "/api/orders/{id}" for a route of a sub-router
-// mounted at "/api" with r.Route or r.Mount. At the top of the router chi
-// has not routed the request yet and the adapter looks the route up
-// itself; inside a mounted sub-router it completes the part chi has
-// matched. (One exception: a request for the bare mount point of a
-// sub-router, "/files" for r.Mount("/files", sub), that sub routes with a
-// catch-all "/*" route is scoped by "/files" with the middleware in front
-// of sub, at the top of the router or in sub's r.Use, and by chi's
-// "/files/*" with the middleware on that route.)
-//
-// A request the router does not route (404, or 405 for a method the path
-// does not have) passes through untouched, whatever its Idempotency-Key
-// header holds, and the router answers it as usual; so does a request
-// with a method the engine does not protect (GET, HEAD, OPTIONS by
-// default).
+// A request the router routes nowhere gets the router's answer whatever
+// its Idempotency-Key holds, and one with a method the engine does not
+// protect (it protects POST and PATCH by default) passes through.
 //
 // # Responses and panics
 //
-// chi handlers are net/http handlers: they write to the ResponseWriter
-// the engine hands them. The response is buffered, stored, then sent; one
-// that outgrows the engine's cap (idem.WithMaxResponseBody) or that the
-// handler flushes is stored without its body (or released, as a 5xx is)
-// and streams through, and a hijacked connection releases the key. The
-// handler reads the request body as usual: the engine has read it for
-// the fingerprint and put an identical one in its place.
-//
-// A handler that panics has its key released, and the panic goes on to
-// the router's recovery middleware (middleware.Recoverer), which must sit
-// outside this middleware.
+// The response is buffered, stored, then sent (streamed and stored
+// without its body past idem.WithMaxResponseBody or a Flush). A handler
+// that panics has its key released, and the panic goes on to
+// middleware.Recoverer, which must sit outside this middleware.
 package idemchi

@@ -1,35 +1,59 @@
 package idemchi
 
 import (
+	"cmp"
 	"net/http"
 
+	"github.com/go-chi/chi/v5"
 	idem "github.com/idemkit/idem/core"
 )
 
 // Middleware returns chi middleware that protects the routes behind it
-// with e's policy and opts; nil options are ignored. Keys are scoped by
-// the full template of the route chi matches ("/api/orders/{id}"),
-// wherever the middleware is mounted, and a request chi does not route
-// passes through untouched. Build it once, where the router is declared:
+// with e's policy and opts, keys scoped by the full template of the route
+// chi routes the request to. Build it once, where the router is declared:
 //
 //	r.Use(idemchi.Middleware(engine, idem.ForRoute("POST", "/search", idem.Optional())))
 //
-// See the package documentation for mounting styles, nesting, what
-// passes through, and panics.
+// See the package documentation for mounting styles and middleware order.
 func Middleware(e *idem.Engine, opts ...idem.RouteOption) func(http.Handler) http.Handler {
 	p := e.Policy(opts...)
+	var res resolver
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !e.Protects(r.Method) {
-				p.Serve(w, r, "", next)
+			rctx := chi.RouteContext(r.Context())
+			if rctx == nil || rctx.Routes == nil {
+				p.Serve(w, r, "", next) // not under a chi router: scope by method and namespace only
 				return
 			}
-			route, ok := routeTemplate(r)
-			if !ok {
+			// chi routes by rctx.RouteMethod once set: it has routed r,
+			// or a middleware before this one (GetHead) chose it.
+			method := cmp.Or(rctx.RouteMethod, r.Method)
+			if !e.Protects(method) {
+				// chi routes r by the method judged here, whatever a
+				// later middleware makes of r.Method.
+				rctx.RouteMethod = method
 				next.ServeHTTP(w, r)
 				return
 			}
-			p.Serve(w, r, route, next)
+			route, ok := res.route(w, r, rctx, method)
+			switch {
+			case !ok: // refused with the router's 404 or 405
+			case r.Method != method:
+				// A middleware changed the method after chi routed r: the
+				// engine judges r as routed, the handler gets it changed.
+				p.Serve(w, withMethod(r, method), route, http.HandlerFunc(func(w http.ResponseWriter, rr *http.Request) {
+					next.ServeHTTP(w, withMethod(rr, r.Method))
+				}))
+			default:
+				p.Serve(w, r, route, next)
+			}
 		})
 	}
+}
+
+// withMethod returns a shallow copy of r with method m.
+func withMethod(r *http.Request, m string) *http.Request {
+	r = r.WithContext(r.Context())
+	r.Method = m
+	return r
 }

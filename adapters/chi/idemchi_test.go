@@ -83,6 +83,18 @@ var styles = []style{
 		}
 		return r
 	}},
+	// The middleware at the top, between rewriting middleware (before it)
+	// and a logger (after it).
+	{"global, with rewrites before", func(e *idem.Engine, routes []route, global []idem.RouteOption) http.Handler {
+		r := chi.NewRouter()
+		r.Use(middleware.Recoverer, middleware.CleanPath, middleware.StripSlashes, middleware.URLFormat, methodOverride)
+		r.Use(idemchi.Middleware(e, global...))
+		r.Use(quietLogger)
+		for _, rt := range routes {
+			r.Method(rt.method, rt.path, rt.h)
+		}
+		return r
+	}},
 	// Every route on a sub-router mounted at "/", the middleware in the
 	// sub-router's r.Use: chi has shifted rctx.RoutePath when it runs.
 	{"sub-router", func(e *idem.Engine, routes []route, global []idem.RouteOption) http.Handler {

@@ -1,6 +1,7 @@
 package idemchi
 
 import (
+	"cmp"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -8,55 +9,20 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// TestRootPath covers the paths rebuilt from the mounts chi has entered;
-// rest is what chi has left to route ("/x").
-func TestRootPath(t *testing.T) {
-	for _, c := range []struct {
-		mounts, values []string
-		want           string
-	}{
-		{[]string{"/api/*"}, []string{""}, "/api/x"},
-		{[]string{"/*"}, []string{""}, "/x"},
-		{[]string{"/t/{tenant}/*", "/v1/*"}, []string{"acme", "", "", "7"}, "/t/acme/v1/x"},
-		{[]string{"/n/{n:[0-9]{2}}/*"}, []string{"42", ""}, "/n/42/x"},
-		{[]string{"/a/{x}/*"}, nil, ""},              // values do not line up
-		{[]string{"/api/*"}, []string{"orders"}, ""}, // a "*" chi has not cleared: not entered
-		// Bare mount points ("/api" for r.Mount("/api", sub)) that chi
-		// went through into a sub-router, which then routes "/".
-		{[]string{"/api/", "/*"}, []string{""}, "/api/"},
-		{[]string{"/t/{tenant}", "/v1/*"}, []string{"acme", "", "7"}, "/t/acme"},
-		{[]string{"/api"}, nil, "/api"},
-	} {
-		if got := rootPath(c.mounts, c.values, "/x", ""); got != c.want {
-			t.Errorf("rootPath(%q, %q, \"/x\") = %q, want %q", c.mounts, c.values, got, c.want)
-		}
-	}
-	if got := rootPath([]string{"/api/*"}, []string{""}, "/x", "/api/x"); got != "/api/x" {
-		t.Errorf("rootPath with the same URL path = %q", got)
-	}
-}
-
-func TestNormalize(t *testing.T) {
-	for in, want := range map[string]string{
-		"/": "/", "/orders/": "/orders", "/api/*/orders/{id}": "/api/orders/{id}",
-		"/files/*": "/files/*", "/a//": "/a", "": "",
-	} {
-		if got := normalize(in); got != want {
-			t.Errorf("normalize(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // BenchmarkRouteTemplate measures the adapter's own work per request: the
-// route look-up, before routing (top-level r.Use) and after (r.With).
+// route look-up, before routing (top-level r.Use), after (r.With), and
+// in a sub-router's r.Use.
 func BenchmarkRouteTemplate(b *testing.B) {
 	probe := func(b *testing.B) func(http.Handler) http.Handler {
+		var res resolver
 		return func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				rctx := chi.RouteContext(r.Context())
+				method := cmp.Or(rctx.RouteMethod, r.Method)
 				b.ReportAllocs()
 				b.ResetTimer()
 				for range b.N {
-					if route, ok := routeTemplate(r); !ok || route != "/api/orders/{id}" {
+					if route, ok := res.route(w, r, rctx, method); !ok || route != "/api/orders/{id}" {
 						b.Fatalf("route %q %v", route, ok)
 					}
 				}

@@ -25,17 +25,9 @@
 //	api := e.Group("/api", idemecho.Middleware(engine))                        // a group
 //	e.POST("/payments", pay, idemecho.Middleware(engine, idem.TTL(time.Hour))) // one route
 //
-// Echo.Use, group and route middleware all work; Echo.Pre does not: it
-// runs before routing, where the middleware would see no route and let
-// every request through unprotected. Build each middleware once, where
-// the router is declared: it compiles its options into an idem.Policy
-// then, and ignores nil options.
-//
-// # Nesting
-//
-// A middleware behind one that already protects the request passes it
-// through: the outer one's policy applies and the inner one's options do
-// not.
+// Build each middleware once, where the router is declared; it ignores
+// nil options. A middleware behind one that already protects the request
+// passes it through: the outer one's policy applies.
 //
 // # Route templates
 //
@@ -46,6 +38,19 @@
 // Echo's template is c.Path() ("/orders/:id"), which Echo resolves before
 // it runs Use, group and route middleware; routes of an Echo.Host router
 // are found as Echo finds them.
+//
+// # Middleware order
+//
+// Use, group and route middleware run after Echo has routed the request,
+// after any rewrite in Echo.Pre (RemoveTrailingSlash, Rewrite,
+// MethodOverride). Echo v4 tells middleware no method it routed by, so a
+// middleware that changes the method must run in Echo.Pre (as Echo's
+// MethodOverride must) or after this one: between them, it could turn a
+// routed POST into a PUT the engine does not protect. In Echo.Pre the
+// middleware asks Echo's router where it routes the request as it is
+// then, and must come after every Pre middleware that rewrites the path
+// or method: Echo v4 gives it no way to tell a request Echo has yet to
+// route from a 404, which it lets through.
 //
 // A request the router does not route (404, or 405 for a method the path
 // does not have) passes through untouched, whatever its Idempotency-Key

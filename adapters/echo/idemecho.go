@@ -10,15 +10,15 @@ import (
 // Middleware returns Echo middleware that protects the routes it wraps
 // with e's policy and opts; nil options are ignored. Keys are scoped by
 // the template of the route Echo matched (c.Path(), "/orders/:id"),
-// wherever the middleware is mounted (but not with Echo.Pre), and a
-// request Echo does not route passes through untouched. A protected
+// wherever the middleware is mounted, and a request Echo does not route
+// passes through untouched. A protected
 // handler's error is rendered inside, so its page is stored and replayed.
 // Build it once, where the router is declared:
 //
 //	e.Use(idemecho.Middleware(engine, idem.ForRoute("POST", "/search", idem.Optional())))
 //
-// See the package documentation for mounting styles, nesting, what
-// passes through, error pages and panics.
+// See the package documentation for mounting styles, middleware order,
+// nesting, what passes through, error pages and panics.
 func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
 	p := e.Policy(opts...)
 	known := new(routeSet)
@@ -30,8 +30,17 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
 			}
 			// Echo's router leaves the path empty on a 404 and sets the
 			// Allow methods only on a 405 (as middleware.CORS reads them).
-			route := c.Path()
-			if route == "" || c.Get(echo.ContextKeyHeaderAllow) != nil || !known.matched(c.Echo(), r, route) {
+			route, routed := c.Path(), c
+			if route == "" {
+				// A 404, or Echo has not routed r yet (Echo.Pre): ask the
+				// router where it routes r as it is now.
+				routed = c.Echo().AcquireContext()
+				defer c.Echo().ReleaseContext(routed)
+				routed.Reset(r, nil)
+				routerFor(c.Echo(), r).Find(r.Method, echo.GetPath(r), routed)
+				route = routed.Path()
+			}
+			if route == "" || routed.Get(echo.ContextKeyHeaderAllow) != nil || !known.matched(c.Echo(), r, route) {
 				return next(c) // 404, 405 or a not-found route: not ours to answer
 			}
 			resp := c.Response()

@@ -31,12 +31,7 @@ type routeKey struct {
 }
 
 func (s *routeSet) matched(e *echo.Echo, r *http.Request, path string) bool {
-	router := e.Router()
-	if rs := e.Routers(); len(rs) > 0 { // Echo.Host routers, found as Echo does
-		if hr, ok := rs[r.Host]; ok {
-			router = hr
-		}
-	}
+	router := routerFor(e, r)
 	k := routeKey{router, r.Method, path}
 	if m := s.m.Load(); m != nil {
 		if _, ok := (*m)[k]; ok {
@@ -65,4 +60,13 @@ func (s *routeSet) matched(e *echo.Echo, r *http.Request, path string) bool {
 	n[k] = struct{}{}
 	s.m.Store(&n)
 	return true
+}
+
+// routerFor returns the router Echo routes r with: its Echo.Host router,
+// found as Echo finds it, or the default one.
+func routerFor(e *echo.Echo, r *http.Request) *echo.Router {
+	if hr, ok := e.Routers()[r.Host]; ok {
+		return hr
+	}
+	return e.Router()
 }

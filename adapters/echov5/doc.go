@@ -25,12 +25,10 @@
 //	api := e.Group("/api", idemechov5.Middleware(engine))                        // a group
 //	e.POST("/payments", pay, idemechov5.Middleware(engine, idem.TTL(time.Hour))) // one route
 //
-// Echo.Use, group and route middleware all work; Echo.Pre does not: it
-// runs before routing, where the middleware would see no route and let
-// every request through unprotected. With echo.NewVirtualHostHandler,
-// mount it on each host's Echo. Build each middleware once, where the
-// router is declared: it compiles its options into an idem.Policy then,
-// and ignores nil options.
+// Echo.Use, group and route middleware and Echo.Pre all work. With
+// echo.NewVirtualHostHandler, mount it on each host's Echo. Build each
+// middleware once, where the router is declared: it compiles its options
+// into an idem.Policy then, and ignores nil options.
 //
 // # Nesting
 //
@@ -57,6 +55,20 @@
 // and 405 have no method, a not-found route has echo.RouteNotFound), so
 // routes added or removed while serving (echo.NewConcurrentRouter) count
 // from their first request on.
+//
+// # Middleware order
+//
+// Use, group and route middleware run after Echo has routed the request,
+// after any rewrite in Echo.Pre (RemoveTrailingSlash, Rewrite,
+// MethodOverride); the request is judged by the method Echo routed it by
+// (c.RouteInfo().Method; for an Any route, the request's), so a method
+// changed after routing does not take a POST handler out of protection. In Echo.Pre, Echo has not routed
+// the request: the middleware routes a request with a protected method
+// itself, with Echo's router, and one that the router routes nowhere
+// gets the router's answer there and goes no further, so a later Pre
+// rewrite cannot take it past the middleware. A later Pre middleware
+// that turns a GET into a POST is not seen: put method overrides before
+// it (Echo's own MethodOverride changes POST only).
 //
 // # Responses, errors and panics
 //

@@ -10,8 +10,9 @@ import (
 // Middleware returns Echo v5 middleware that protects the routes it wraps
 // with e's policy and opts; nil options are ignored. Keys are scoped by
 // the template of the route Echo matched (c.RouteInfo().Path,
-// "/orders/:id"), wherever the middleware is mounted (but not with
-// Echo.Pre), and a request Echo does not route passes through untouched.
+// "/orders/:id"), wherever the middleware is mounted, and a request Echo
+// does not route passes through untouched (in Echo.Pre, it gets the
+// router's answer there).
 // A protected handler's error is rendered inside, so its page is stored
 // and replayed. Build it once, where the router is declared:
 //
@@ -23,14 +24,24 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
 	p := e.Policy(opts...)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {
-			if !e.Protects(c.Request().Method) {
-				return next(c)
+			r, ri := c.Request(), c.RouteInfo()
+			if ri.Name == "" && ri.Method == "" && e.Protects(r.Method) {
+				// Echo has not routed r yet (Echo.Pre): route it now as it
+				// is, and refuse what Echo routes nowhere with the router's
+				// own answer, before a later Pre middleware rewrites it.
+				h := c.Echo().Router().Route(c)
+				if ri = c.RouteInfo(); !matched(ri) {
+					return h(c)
+				}
 			}
-			ri := c.RouteInfo()
-			if !matched(ri) {
-				return next(c) // the router's 404 or 405, or a not-found route
+			method := ri.Method // the method Echo routed r by
+			if method == echo.RouteAny {
+				method = r.Method
 			}
-			return serve(p, c, next, ri.Path)
+			if !matched(ri) || !e.Protects(method) {
+				return next(c) // the router's 404 or 405, a not-found route, or not protected
+			}
+			return serve(p, c, next, ri.Path, method)
 		}
 	}
 }
@@ -42,7 +53,7 @@ func matched(ri echo.RouteInfo) bool {
 	return ri.Method != "" && ri.Method != echo.RouteNotFound
 }
 
-func serve(p *idem.Policy, c *echo.Context, next echo.HandlerFunc, route string) error {
+func serve(p *idem.Policy, c *echo.Context, next echo.HandlerFunc, route, method string) error {
 	r, resp := c.Request(), c.Response()
 	defer func() {
 		c.SetRequest(r)
@@ -50,11 +61,24 @@ func serve(p *idem.Policy, c *echo.Context, next echo.HandlerFunc, route string)
 	}()
 	b := &bridge{c: c, next: next}
 	b.out.ResponseWriter = resp
+	if method != r.Method {
+		// A middleware changed the method after Echo routed r: the engine
+		// judges r as routed, the handler gets it changed.
+		b.method = r.Method
+		r = withMethod(r, method)
+	}
 	// Serve writes its own answers (replays, problems) and the captured
 	// response through resp, so the *echo.Response under it describes
 	// what the client got.
 	p.Serve(&b.out, r, route, b)
 	return b.err
+}
+
+// withMethod returns a shallow copy of r with method m.
+func withMethod(r *http.Request, m string) *http.Request {
+	r = r.WithContext(r.Context())
+	r.Method = m
+	return r
 }
 
 // bridge is the handler Serve runs: the rest of the Echo chain, reading
@@ -65,6 +89,9 @@ type bridge struct {
 	out  passWriter    // the context's response, as Serve got it
 	own  echo.Response // the handler's response, over Serve's writer
 	err  error         // the chain's error when it ran unprotected
+	// method is the request's method when a middleware changed it after
+	// Echo routed the request, else "".
+	method string
 }
 
 // passWriter is the writer the middleware found in the context, wrapped so
@@ -76,6 +103,9 @@ func (w *passWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := b.c
+	if b.method != "" {
+		r = withMethod(r, b.method)
+	}
 	c.SetRequest(r) // its body is the one Serve read and replaced
 	if pw, ok := w.(*passWriter); ok && pw == &b.out {
 		// Not protected (an optional key that is absent, a skipped

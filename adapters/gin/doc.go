@@ -50,6 +50,21 @@
 // optional key that is absent, a skipped route, a nested middleware),
 // run the rest of the chain on Gin's own writer.
 //
+// # Middleware order
+//
+// Gin routes a request before the first handler of its chain runs, so
+// neither the router's path options (RedirectTrailingSlash,
+// RedirectFixedPath, RemoveExtraSlash, UseRawPath, UseEscapedPath) nor a
+// middleware that rewrites the path can take a request past the
+// middleware: c.FullPath() is the route whose handlers run. The method,
+// though, is c.Request.Method when the middleware runs, and Gin tells
+// middleware no method it routed by. A middleware that changes the
+// method (a method override) must therefore change it before Gin routes,
+// wrapping the engine as an http.Handler, or run after this middleware;
+// one between Gin's routing and this middleware could turn a POST into a
+// PUT that the engine does not protect, and the POST handler would run
+// unprotected.
+//
 // # Responses and panics
 //
 // The handlers after the middleware write through a gin.ResponseWriter
