@@ -13,7 +13,7 @@ import (
 // Fingerprint returns a fingerprint of three parts: the lowercase hex
 // SHA-256 of the method, the target and the body. Each part is
 // length-prefixed, so moving bytes between parts changes the fingerprint.
-// The HTTP middleware's default is Fingerprint(r.Method, r.Host +
+// The HTTP middleware's default is Fingerprint(r.Method,
 // r.URL.RequestURI(), body); Engine.Do callers pass what identifies their
 // operation.
 func Fingerprint(method, pathAndQuery string, body []byte) string {
@@ -50,13 +50,12 @@ func fingerprintRequest(r *http.Request, body []byte) string {
 	hs := hashPool.Get().(*hasher)
 	hs.h.Reset()
 	u := r.URL
-	target := append(hs.buf[:0], r.Host...)
+	target := hs.buf[:0]
 	if u.Opaque != "" {
 		target = append(target, u.RequestURI()...)
 	} else {
-		n := len(target)
 		target = append(target, u.EscapedPath()...)
-		if len(target) == n {
+		if len(target) == 0 {
 			target = append(target, '/')
 		}
 		if u.ForceQuery || u.RawQuery != "" {

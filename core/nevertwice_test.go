@@ -195,8 +195,8 @@ func TestHangUpDuringClaimIsNotAStoreFailure(t *testing.T) {
 // before authentication, an anonymous client) is refused, never scoped
 // globally, and so is a Do call.
 func TestScopingDefaults(t *testing.T) {
-	t.Run("two hosts", func(t *testing.T) {
-		e, _ := newEngine(t, newTestStore())
+	t.Run("two hosts, scoped by host", func(t *testing.T) {
+		e, _ := newEngine(t, newTestStore(), WithNamespace(func(r *http.Request) string { return r.Host }))
 		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(201)
 			io.WriteString(w, "private to "+r.Host)
@@ -209,8 +209,21 @@ func TestScopingDefaults(t *testing.T) {
 			return w
 		}
 		send("tenant-a.example.com")
-		if w := send("tenant-b.example.com"); strings.Contains(w.Body.String(), "tenant-a") {
-			t.Errorf("tenant-b got %d %q: tenant-a's response", w.Code, w.Body)
+		if w := send("tenant-b.example.com"); w.Code != 201 || strings.Contains(w.Body.String(), "tenant-a") {
+			t.Errorf("tenant-b got %d %q: want its own response", w.Code, w.Body)
+		}
+	})
+	t.Run("a retry through another address of the same service", func(t *testing.T) {
+		e, _ := newEngine(t, newTestStore())
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+		for i, host := range []string{"10.0.0.1:8080", "10.0.0.2:8080"} {
+			r := httptest.NewRequest("POST", "http://"+host+"/orders", strings.NewReader(`{"item":"book"}`))
+			r.Header.Set("Idempotency-Key", "order-2")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if i == 1 && w.Header().Get("Idempotent-Replayed") != "true" {
+				t.Errorf("retry through another instance's address: %d, want the replay", w.Code)
+			}
 		}
 	})
 	t.Run("required namespace", func(t *testing.T) {

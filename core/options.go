@@ -339,9 +339,10 @@ func WithRequiredNamespace() Option {
 
 // WithFingerprint replaces the request fingerprint. fn gets the request and
 // its body (already read; r.Body must not be read). Default: [Fingerprint]
-// of the method, r.Host followed by r.URL.RequestURI() (so that the same
-// key and body sent to two hosts of a multi-host service is a 422, never
-// one host's response replayed to the other), and the body.
+// of the method, r.URL.RequestURI() and the body. The host is not part of
+// it: a retry may reach the service by another address (another instance,
+// a client-side load balancer). A service that serves different clients
+// by host scopes keys by it with WithNamespace.
 func WithFingerprint(fn func(r *http.Request, body []byte) string) Option {
 	return func(c *config) error {
 		if fn == nil {
