@@ -23,7 +23,8 @@ type background struct {
 	e *Engine
 
 	mu     sync.Mutex
-	tasks  []*task // oldest first
+	tasks  []*task           // oldest first
+	keys   map[[2]string]int // scope and key of pending completions
 	bytes  int64
 	closed bool
 	wg     sync.WaitGroup
@@ -94,15 +95,41 @@ func (b *background) add(t *task) {
 	for len(b.tasks) > 0 && b.bytes+t.size > b.e.cfg.maxPendingBytes {
 		old := b.tasks[0] // its goroutine sees stop and reports the drop
 		b.tasks = b.tasks[1:]
+		b.track(old, -1)
 		b.bytes -= old.size
 		old.stopErr = errPendingFull
 		close(old.stop)
 	}
 	b.tasks = append(b.tasks, t)
+	b.track(t, 1)
 	b.bytes += t.size
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go b.run(t)
+}
+
+// completing reports whether a completion for (scope, key) is pending.
+func (b *background) completing(scope, key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.keys[[2]string{scope, key}] > 0
+}
+
+// track counts t's key among those with a pending completion (d is 1 when
+// t is added, -1 when it leaves). b.mu must be held.
+func (b *background) track(t *task, d int) {
+	if t.kind != taskComplete {
+		return
+	}
+	k := [2]string{t.scope, t.key}
+	if n := b.keys[k] + d; n > 0 {
+		if b.keys == nil {
+			b.keys = make(map[[2]string]int)
+		}
+		b.keys[k] = n
+	} else {
+		delete(b.keys, k)
+	}
 }
 
 // remove takes t off the list when it ends by itself.
@@ -125,6 +152,7 @@ func (b *background) remove(t *task) {
 	for i, x := range b.tasks {
 		if x == t {
 			b.tasks = append(b.tasks[:i], b.tasks[i+1:]...)
+			b.track(t, -1)
 			b.bytes -= t.size
 			return
 		}
@@ -295,7 +323,7 @@ func (b *background) close(ctx context.Context) error {
 		t.stopErr = errEngineClosed
 		close(t.stop)
 	}
-	b.tasks, b.bytes = nil, 0
+	b.tasks, b.bytes, b.keys = nil, 0, nil
 	b.mu.Unlock()
 	return ctx.Err()
 }

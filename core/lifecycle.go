@@ -73,14 +73,50 @@ type outcome struct {
 // acquire claims the key or finds what holds it, waiting in wait mode.
 // It sets the event's outcome for every verdict but acquired.
 func (f *flight) acquire() outcome {
+	if f.e.bg.completing(f.scope, f.key) {
+		// This process ran the key and still holds its result, retrying
+		// the completion in the background: never run it again beside it.
+		f.ev.Outcome = OutcomeConflict
+		return outcome{verdict: inFlight, rec: &Record{State: StateInProgress, Fingerprint: f.fp, LeaseEnd: f.now}}
+	}
 	res, err := f.claim()
 	if err != nil {
 		return f.storeFailure(err)
 	}
 	if res.Acquired {
-		return outcome{verdict: acquired}
+		return f.confirm()
 	}
 	return f.existing(res.Existing, false)
+}
+
+// confirm checks a claim whose answer came late: when the Claim call took
+// so long that the lease it set may have run out before the answer
+// arrived (the process was stopped, the store stalled), another request
+// may have taken the key over meanwhile, so the claim is extended, token
+// checked, before the work runs.
+func (f *flight) confirm() outcome {
+	e := f.e
+	now := e.clockNow()
+	if now.Before(f.now.Add(f.lease - f.lease/3)) {
+		return outcome{verdict: acquired}
+	}
+	if e.extender == nil {
+		f.release()
+		return f.storeFailure(errors.New("idem: the claim's answer came after its lease had nearly run out, and the store cannot extend it"))
+	}
+	ctx := f.storeCall(false)
+	err := e.extender.Extend(ctx, f.scope, f.key, f.token, now, now.Add(f.lease))
+	e.endCall(ctx, StoreExtend, err, &f.ev.Claim)
+	switch {
+	case err == nil:
+		f.leaseEnd.Store(now.Add(f.lease).UnixNano())
+		return outcome{verdict: acquired}
+	case errors.Is(err, ErrLeaseLost):
+		f.ev.Outcome, f.ev.Err = OutcomeConflict, err
+		return outcome{verdict: inFlight, rec: &Record{State: StateInProgress, Fingerprint: f.fp, LeaseEnd: now}}
+	}
+	f.releaseLater()
+	return f.storeFailure(err)
 }
 
 // claim makes one Claim call with a fresh token.

@@ -415,3 +415,81 @@ func TestReplayIsInAnAcceptedEncoding(t *testing.T) {
 		t.Errorf("replay of br to a request that does not accept it: %d %v, want a 406 problem", w.Code, w.Header())
 	}
 }
+
+// TestPendingCompletionBlocksARerunHere: a process that ran a key and is
+// still retrying its completion in the background (the store was away
+// past the lease) answers a retry that reaches it with 409, rather than
+// take the lapsed claim over and run the key a second time.
+func TestPendingCompletionBlocksARerunHere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newBlipStore()
+		e, _ := newEngine(t, s)
+		h := &counting{}
+		mw := e.Middleware()(h)
+		s.set(true, "complete", "extend")
+		post(mw, "/", "k", "")
+		time.Sleep(16 * time.Second) // past the lease; the completion is pending
+		if w := post(mw, "/", "k", ""); w.Code != http.StatusConflict {
+			t.Errorf("retry while this process holds the key's pending completion: %d, want 409", w.Code)
+		}
+		if n := h.runs.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want 1", n)
+		}
+		s.set(false, "complete", "extend")
+		time.Sleep(2 * time.Second)
+	})
+}
+
+// slowClaimStore answers a Claim only after a delay, as a store that
+// stalled or a process that was stopped while its claim was on the wire;
+// taken runs meanwhile, as another instance's request would.
+type slowClaimStore struct {
+	*testStore
+	delay time.Duration
+	taken func()
+}
+
+func (s slowClaimStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+	res, err := s.testStore.Claim(ctx, c)
+	if res.Acquired && s.taken != nil {
+		time.Sleep(s.delay)
+		s.taken()
+	}
+	return res, err
+}
+
+// TestLateClaimAnswerIsConfirmed: the answer to a claim arrives after the
+// claim's lease ran out, and another instance took the key over
+// meanwhile: the work must not run on the late claim.
+func TestLateClaimAnswerIsConfirmed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := newTestStore()
+		other, _ := newEngine(t, ts)
+		release := make(chan struct{})
+		runs := 0
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs++
+			if r.Header.Get("X-Other") != "" {
+				<-release
+			}
+			w.WriteHeader(201)
+		})
+		var wg sync.WaitGroup
+		s := slowClaimStore{testStore: ts, delay: 16 * time.Second, taken: func() {
+			wg.Go(func() {
+				r := httptest.NewRequest("POST", "/", nil)
+				r.Header.Set("Idempotency-Key", "k")
+				r.Header.Set("X-Other", "1")
+				other.Middleware()(handler).ServeHTTP(httptest.NewRecorder(), r)
+			})
+			synctest.Wait()
+		}}
+		late, _ := newEngine(t, s, WithStoreTimeout(time.Minute))
+		w := post(late.Middleware()(handler), "/", "k", "")
+		close(release)
+		wg.Wait()
+		if runs != 1 || w.Code == 201 {
+			t.Errorf("the late claim answered %d and the handler ran %d times, want 1 (the other instance's) and a 409", w.Code, runs)
+		}
+	})
+}

@@ -255,12 +255,19 @@ func TestCompletionGivesUp(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := newBlipStore()
 			e, ev := newEngine(t, s)
-			mw := e.Middleware()(&counting{})
+			h := &counting{}
+			mw := e.Middleware()(h)
 			s.set(true, "complete", "extend")
 			post(mw, "/", "k", "")
 			time.Sleep(16 * time.Second) // the lease ends while the store cannot complete
-			if w := post(mw, "/", "k", ""); w.Code != 201 || w.Body.String() != "run 2" {
-				t.Errorf("retry after the lease ended: %d %q, want a new run", w.Code, w.Body)
+			// The same process holds the result: it answers 409.
+			if w := post(mw, "/", "k", ""); w.Code != 409 {
+				t.Errorf("retry on the instance that holds the pending completion: %d, want 409", w.Code)
+			}
+			// Another instance takes the key over.
+			other, _ := newEngine(t, s)
+			if w := post(other.Middleware()(h), "/", "k", ""); w.Code != 201 || w.Body.String() != "run 2" {
+				t.Errorf("retry on another instance after the lease ended: %d %q, want a new run", w.Code, w.Body)
 			}
 			s.set(false, "complete", "extend")
 			time.Sleep(2 * time.Second)
