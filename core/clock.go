@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -38,6 +39,24 @@ type storeClock struct {
 	err     time.Duration // half the round trip of the sample offset came from
 	at      time.Time     // wall time of the last measurement
 	running bool          // a measurement is under way
+	frozen  bool          // the engine's clock was moved by hand: keep offset
+
+	// The engine clock's and the wall clock's readings when offset was
+	// measured: a clock that has since moved at another pace than the
+	// wall clock was moved by hand (a test's clock).
+	baseClock, baseWall time.Time
+}
+
+// clockTolerance is how far an engine clock may drift from the wall clock
+// over d and still count as keeping pace with it: a millisecond, plus a
+// thousandth of d (far more than any quartz clock drifts).
+func clockTolerance(d time.Duration) time.Duration { return time.Millisecond + d/1000 }
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // now returns the engine's time: its clock, moved to the store's clock
@@ -53,7 +72,7 @@ func (e *Engine) now(ctx context.Context) (time.Time, error) {
 	}
 	sc.mu.Lock()
 	synced, offset := sc.synced, sc.offset
-	stale := synced && !sc.running && time.Since(sc.at) >= clockResync
+	stale := synced && !sc.running && !sc.frozen && time.Since(sc.at) >= clockResync
 	if stale {
 		sc.running = true
 	}
@@ -114,34 +133,47 @@ func (e *Engine) syncClock(ctx context.Context, samples int) error {
 		sc.mu.Unlock()
 	}()
 	var (
-		best    time.Duration
-		bestRTT time.Duration = -1
-		lastErr error
+		best            time.Duration
+		bestRTT         time.Duration = -1
+		bestClock, wall time.Time
+		lastErr         error
 	)
 	for range samples {
 		sctx := e.storeCall(ctx, false)
-		t0 := e.cfg.clock()
+		t0, w0 := e.cfg.clock(), time.Now()
 		st, err := sc.src.Now(sctx)
-		t1 := e.cfg.clock()
+		t1, w1 := e.cfg.clock(), time.Now()
 		e.endCall(sctx, StoreNow, err, nil)
 		if err != nil {
 			lastErr = err
 			continue
 		}
 		rtt := max(t1.Sub(t0), 0)
+		if absDur(rtt-w1.Sub(w0)) > clockTolerance(rtt) {
+			continue // the engine's clock was moved during the sample
+		}
 		if bestRTT < 0 || rtt < bestRTT {
-			bestRTT, best = rtt, st.Sub(t0.Add(rtt/2))
+			bestRTT, best, bestClock, wall = rtt, st.Sub(t0.Add(rtt/2)), t0, w0
 		}
 	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.at = time.Now() // retried after clockResync, not on every call
 	if bestRTT < 0 {
-		sc.mu.Lock()
-		sc.at = time.Now() // retried after clockResync, not on every call
-		sc.mu.Unlock()
+		if lastErr == nil {
+			lastErr = errors.New("idem: the engine's clock moved during every sample of the store's")
+		}
 		return lastErr
 	}
-	sc.mu.Lock()
-	sc.synced, sc.offset, sc.err, sc.at = true, best, bestRTT/2, time.Now()
-	sc.mu.Unlock()
+	if sc.synced && absDur(bestClock.Sub(sc.baseClock)-wall.Sub(sc.baseWall)) > clockTolerance(wall.Sub(sc.baseWall)) {
+		// The engine's clock was moved by hand since the last measurement
+		// (a test's clock jumping ahead): a new difference would undo the
+		// move. Keep the one measured before it, from now on.
+		sc.frozen = true
+		return nil
+	}
+	sc.synced, sc.offset, sc.err = true, best, bestRTT/2
+	sc.baseClock, sc.baseWall = bestClock, wall
 	return nil
 }
 
