@@ -413,7 +413,7 @@ func TestReplicasConformance(t *testing.T) {
 // of its shard and no other, which a WAIT sent to another node would
 // hide), and New checks the eviction policy of every master.
 func TestReplicasCluster(t *testing.T) {
-	client, nodes := startClusterOf(t, 1)
+	client, nodes := startClusterOf(t, 1, quickNodeTimeout)
 	t.Run("conformance", func(t *testing.T) {
 		conformance.RunStore(t, func(t *testing.T) idem.Store { return newTestStore(t, client, WithReplicas(1, time.Second)) })
 	})
