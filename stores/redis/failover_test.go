@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,7 +161,7 @@ func neverTwiceAcrossKill(t *testing.T, rig killRig, n int) {
 		defer cancel()
 		_ = engine.Close(ctx)
 	})
-	t.Logf("engine lease %v", engine.Lease())
+	t.Logf("FailoverTime %v, engine lease %v", s.FailoverTime(), engine.Lease())
 
 	// n keys whose records live on one primary: the victim.
 	scope := idem.Scope("", http.MethodPost, "")
@@ -239,7 +242,7 @@ func neverTwiceAcrossKill(t *testing.T, rig killRig, n int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	promotion := time.Since(killed)
-	t.Logf("replica %s promoted %v after the kill", promoted.addr(), promotion.Round(100*time.Millisecond))
+	t.Logf("replica %s promoted %v after the kill; the Store's bound is %v", promoted.addr(), promotion.Round(100*time.Millisecond), s.FailoverTime())
 
 	// Each client retries, honouring Retry-After: 1 as 409s and 503s come.
 	finals := make([]*httptest.ResponseRecorder, n)
@@ -291,6 +294,7 @@ func TestSentinelKillNeverTwice(t *testing.T) {
 	d := startSentinels(t, 2)
 	neverTwiceAcrossKill(t, killRig{
 		client:     d.client,
+		opts:       []Option{WithSentinel(d.failoverOptions())},
 		primaryOf:  func(*testing.T, string) *server { return d.primary },
 		replicasOf: func(*testing.T, *server) []*server { return d.replicas },
 	}, 16)
@@ -325,4 +329,259 @@ func TestClusterKillNeverTwice(t *testing.T) {
 			return rs
 		},
 	}, 4)
+}
+
+// logTo returns an option that logs New's warnings to buf.
+func logTo(buf *bytes.Buffer) Option {
+	return WithLogger(slog.New(slog.NewTextHandler(buf, nil)))
+}
+
+// TestFailoverTimeOptions checks what New refuses of WithFailoverTime
+// and WithSentinel, and of a client that follows failovers whose timing
+// it cannot read, without a server.
+func TestFailoverTimeOptions(t *testing.T) {
+	client := offlineClient(t)
+	sentinel := &redis.FailoverOptions{MasterName: masterName, SentinelAddrs: []string{"127.0.0.1:1"}}
+	failover := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: masterName, SentinelAddrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true, MaxRetries: -1,
+	})
+	t.Cleanup(func() { _ = failover.Close() })
+	failoverCluster := redis.NewFailoverClusterClient(&redis.FailoverOptions{
+		MasterName: masterName, SentinelAddrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true, MaxRetries: -1,
+	})
+	t.Cleanup(func() { _ = failoverCluster.Close() })
+	universal := redis.NewUniversalClient(&redis.UniversalOptions{
+		MasterName: masterName, Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true, MaxRetries: -1,
+	})
+	t.Cleanup(func() { _ = universal.Close() })
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		opts   []Option
+		want   error
+		text   string
+	}{
+		{"Negative", client, []Option{WithFailoverTime(-time.Second)}, ErrBadOption, "not between 0"},
+		{"OverMaxLifetime", client, []Option{WithFailoverTime(idem.MaxLifetime + 1)}, ErrBadOption, "not between 0"},
+		{"Both", client, []Option{WithFailoverTime(time.Minute), WithSentinel(sentinel)}, ErrBadOption, "give one"},
+		{"NilSentinel", client, []Option{WithSentinel(nil)}, ErrBadOption, "nil"},
+		{"NoMasterName", client, []Option{WithSentinel(&redis.FailoverOptions{SentinelAddrs: []string{"127.0.0.1:1"}})}, ErrBadOption, "MasterName"},
+		{"NoSentinelAddrs", client, []Option{WithSentinel(&redis.FailoverOptions{MasterName: masterName})}, ErrBadOption, "SentinelAddrs"},
+		{"FailoverClient", failover, nil, ErrFailoverUnknown, "WithSentinel"},
+		{"UniversalFailoverClient", universal, nil, ErrFailoverUnknown, "WithSentinel"},
+		{"FailoverClusterClient", failoverCluster, nil, ErrFailoverUnknown, "ClusterSlots"},
+		{"NoSentinelAnswers", failover, []Option{WithSentinel(sentinel)}, ErrFailoverUnknown, "no Sentinel answered"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(tc.client, append(tc.opts, quiet)...)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
+				t.Fatalf("New = %v, want %v mentioning %q", err, tc.want, tc.text)
+			}
+			t.Logf("%v", err)
+		})
+	}
+	// Stated, the failover time is not read, and serves any client.
+	for _, c := range []redis.UniversalClient{client, failover, failoverCluster} {
+		s, err := New(c, WithFailoverTime(40*time.Second), quiet)
+		if err != nil {
+			t.Fatalf("New(%T, WithFailoverTime(40s)) = %v", c, err)
+		}
+		if got := s.FailoverTime(); got != 40*time.Second {
+			t.Errorf("FailoverTime = %v, want 40s", got)
+		}
+	}
+}
+
+// TestFailoverTimeEngine checks that the engine's lease outlasts the
+// failover time the Store reports: the default is raised to fit, and a
+// shorter WithLease is refused at idem.New.
+func TestFailoverTimeEngine(t *testing.T) {
+	for _, tc := range []struct {
+		failover time.Duration
+		opts     []idem.Option
+		refused  bool
+	}{
+		{0, nil, false},
+		{40 * time.Second, nil, false},
+		{40 * time.Second, []idem.Option{idem.WithLease(time.Minute)}, false},
+		{40 * time.Second, []idem.Option{idem.WithLease(50 * time.Second)}, true}, // 50 s - 50/3 s < 40 s
+		{40 * time.Second, []idem.Option{idem.WithLease(30 * time.Second)}, true},
+		{40 * time.Second, []idem.Option{idem.WithLease(50 * time.Second), idem.WithHeartbeat(5 * time.Second)}, false},
+	} {
+		s, err := New(offlineClient(t), WithFailoverTime(tc.failover), quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := idem.New(s, tc.opts...)
+		if tc.refused {
+			if !errors.Is(err, idem.ErrBadOption) || !strings.Contains(err.Error(), "failover") {
+				t.Errorf("failover %v, %d options: idem.New = %v, want it refused", tc.failover, len(tc.opts), err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("failover %v, %d options: idem.New = %v", tc.failover, len(tc.opts), err)
+		}
+		if l := e.Lease(); l-l/3 < tc.failover && len(tc.opts) == 0 {
+			t.Errorf("failover %v: default lease %v, whose part left after a heartbeat does not outlast it", tc.failover, l)
+		}
+	}
+}
+
+// TestFailoverTimeSentinel reads down-after-milliseconds from real
+// Sentinels: the largest of those that answer, with a warning about one
+// that does not; a master they do not know is refused.
+func TestFailoverTimeSentinel(t *testing.T) {
+	t.Parallel() // on servers of its own, it mostly waits
+	d := startSentinels(t, 0, "sentinel down-after-milliseconds "+masterName+" 4321")
+	opts := d.failoverOptions()
+
+	var log bytes.Buffer
+	s, err := New(d.client, WithSentinel(opts), logTo(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.FailoverTime(), 4321*time.Millisecond+sentinelMargin; got != want {
+		t.Errorf("FailoverTime = %v, want %v", got, want)
+	}
+	if log.Len() > 0 {
+		t.Errorf("New logged %q", log.String())
+	}
+
+	// One Sentinel is slower to call the primary down; one is not there.
+	sc := redis.NewSentinelClient(&redis.Options{Addr: d.sentinels[1].addr(), ContextTimeoutEnabled: true})
+	defer sc.Close()
+	if err := sc.Set(t.Context(), masterName, "down-after-milliseconds", "7000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	gone := *opts
+	gone.SentinelAddrs = append(slices.Clone(opts.SentinelAddrs), "127.0.0.1:1")
+	log.Reset()
+	s, err = New(d.client, WithSentinel(&gone), logTo(&log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.FailoverTime(), 7*time.Second+sentinelMargin; got != want {
+		t.Errorf("FailoverTime = %v, want %v", got, want)
+	}
+	if strings.Count(log.String(), "\n") != 1 || !strings.Contains(log.String(), "127.0.0.1:1") {
+		t.Errorf("want one warning naming the missing Sentinel, got %q", log.String())
+	}
+
+	unknown := *opts
+	unknown.MasterName = "other"
+	if _, err := New(d.client, WithSentinel(&unknown), quiet); !errors.Is(err, ErrFailoverUnknown) || !strings.Contains(err.Error(), "other") {
+		t.Fatalf("New with a master the Sentinels do not know = %v, want ErrFailoverUnknown", err)
+	}
+}
+
+// TestFailoverTimeCluster reads cluster-node-timeout from every node of
+// a real Cluster, refuses to guess when a node will not say, and checks
+// that the engine's lease outlasts the result.
+func TestFailoverTimeCluster(t *testing.T) {
+	t.Parallel() // on servers of its own, it mostly waits
+	client, nodes := startClusterOf(t, 1, quickNodeTimeout)
+	s := newTestStore(t, client)
+	if got, want := s.FailoverTime(), clusterBound(quickNodeTimeout); got != want {
+		t.Fatalf("FailoverTime = %v, want %v", got, want)
+	}
+	if _, err := idem.New(s, idem.WithLease(clusterBound(quickNodeTimeout))); !errors.Is(err, idem.ErrBadOption) {
+		t.Fatalf("idem.New with a lease of the failover time, less a heartbeat left = %v, want it refused", err)
+	}
+	e, err := idem.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := e.Lease(); l-l/3 < s.FailoverTime() {
+		t.Fatalf("default lease %v does not outlast the failover time %v", l, s.FailoverTime())
+	}
+	t.Logf("node timeout %v: FailoverTime %v, default lease %v", quickNodeTimeout, s.FailoverTime(), e.Lease())
+
+	// The largest node timeout counts, a replica's too, once the client
+	// knows every replica (it learns them from the slot map).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var n atomic.Int32
+		err := client.ForEachShard(t.Context(), func(context.Context, *redis.Client) error { n.Add(1); return nil })
+		if err == nil && int(n.Load()) == len(nodes) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client knows %d of %d nodes: %v", n.Load(), len(nodes), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var replica *redis.Client
+	for addr := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		defer c.Close()
+		if role(nodes[addr]) == "slave" {
+			replica = c
+		}
+	}
+	if err := replica.ConfigSet(t.Context(), "cluster-node-timeout", "5000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := newTestStore(t, client).FailoverTime(), clusterBound(5*time.Second); got != want {
+		t.Errorf("with one replica at 5000: FailoverTime = %v, want %v", got, want)
+	}
+	if err := replica.ConfigSet(t.Context(), "cluster-node-timeout", fmt.Sprint(quickNodeTimeout.Milliseconds())).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A user without CONFIG, as on managed services.
+	for addr := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		err := c.Do(t.Context(), "ACL", "SETUSER", "app", "on", ">secret", "~*", "&*", "+@all", "-config").Err()
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var addrs []string
+	for addr := range nodes {
+		addrs = append(addrs, addr)
+	}
+	app := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: "app", Password: "secret", ContextTimeoutEnabled: true})
+	defer app.Close()
+	if _, err := New(app, quiet); !errors.Is(err, ErrFailoverUnknown) || !strings.Contains(err.Error(), "WithFailoverTime") {
+		t.Fatalf("New without CONFIG = %v, want ErrFailoverUnknown naming WithFailoverTime", err)
+	} else {
+		t.Logf("%v", err)
+	}
+	if s, err := New(app, WithFailoverTime(20*time.Second), quiet); err != nil || s.FailoverTime() != 20*time.Second {
+		t.Fatalf("New without CONFIG, WithFailoverTime(20s): %v", err)
+	}
+}
+
+// TestFailoverTimeSingle: a single server has no failover, and New warns
+// about one that has replicas, unless WithFailoverTime says how long a
+// failover behind its address takes (or that there is none).
+func TestFailoverTimeSingle(t *testing.T) {
+	rs := startReplicated(t)
+	for _, tc := range []struct {
+		name   string
+		client *redis.Client
+		opts   []Option
+		want   time.Duration
+		warned bool
+	}{
+		{"no replicas", testClient(t), nil, 0, false},
+		{"replicas", rs.client, nil, 0, true},
+		{"replicas, stated", rs.client, []Option{WithFailoverTime(10 * time.Second)}, 10 * time.Second, false},
+		{"replicas, none", rs.client, []Option{noFailover}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log bytes.Buffer
+			s, err := New(tc.client, append(tc.opts, logTo(&log))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.FailoverTime() != tc.want {
+				t.Errorf("FailoverTime = %v, want %v", s.FailoverTime(), tc.want)
+			}
+			if warned := strings.Contains(log.String(), "WithFailoverTime"); warned != tc.warned || strings.Count(log.String(), "\n") > 1 {
+				t.Errorf("logged %q; want a warning: %v", log.String(), tc.warned)
+			}
+		})
+	}
 }

@@ -41,7 +41,9 @@ func (r *serverReport) add(list *[]string, s string) {
 // master that could not be asked, one with an evicting policy but no
 // maxmemory (nothing is evicted until maxmemory is set), and one with
 // fewer connected replicas than WithReplicas asks for.
-func checkServers(ctx context.Context, client redis.UniversalClient, logger *slog.Logger, replicas int) error {
+func checkServers(client redis.UniversalClient, logger *slog.Logger, replicas int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
 	var r serverReport
 	check := func(ctx context.Context, c *redis.Client) error {
 		r.ask(ctx, c, c.Options().Addr, replicas)

@@ -41,10 +41,14 @@ const maxPrefixLen = 256
 type Option func(*options)
 
 type options struct {
-	prefix   string
-	replicas int
-	timeout  time.Duration // WithReplicas' WAIT timeout
-	logger   *slog.Logger
+	prefix      string
+	replicas    int
+	timeout     time.Duration // WithReplicas' WAIT timeout
+	logger      *slog.Logger
+	failover    time.Duration // WithFailoverTime
+	failoverSet bool
+	sentinel    *redis.FailoverOptions // WithSentinel
+	sentinelSet bool
 }
 
 // WithPrefix sets the prefix of every Redis key and of the notification
@@ -90,6 +94,9 @@ func (o *options) validate(client redis.UniversalClient) error {
 	case strings.ContainsAny(o.prefix, "{}"):
 		return fmt.Errorf("%w: WithPrefix: the prefix %q contains '{' or '}', which would change the hash tag Redis Cluster uses to place every record", ErrBadOption, o.prefix)
 	}
+	if err := o.validateFailover(); err != nil {
+		return err
+	}
 	if o.replicas == 0 && o.timeout == 0 {
 		return nil
 	}
@@ -114,8 +121,8 @@ func (o *options) validate(client redis.UniversalClient) error {
 }
 
 // Store is an idem.Store on Redis. It also implements idem.Getter,
-// idem.Deleter, idem.Extender, idem.Evicter, idem.Notifier and
-// idem.Clock (Redis's TIME). It does not implement
+// idem.Deleter, idem.Extender, idem.Evicter, idem.Notifier, idem.Clock
+// (Redis's TIME) and idem.FailoverBound (see New). It does not implement
 // idem.ExpiredDeleter: every record carries a Redis TTL, so Redis
 // reclaims it by itself.
 //
@@ -132,19 +139,23 @@ type Store struct {
 	replicas    int
 	waitTimeout time.Duration
 
+	// failover is FailoverTime's answer, resolved by New.
+	failover time.Duration
+
 	// scriptClaims makes Claim skip the SET NX GET fast path and always run
 	// the claim script; tests set it to check the script on its own.
 	scriptClaims bool
 }
 
 var (
-	_ idem.Store    = (*Store)(nil)
-	_ idem.Getter   = (*Store)(nil)
-	_ idem.Deleter  = (*Store)(nil)
-	_ idem.Extender = (*Store)(nil)
-	_ idem.Evicter  = (*Store)(nil)
-	_ idem.Notifier = (*Store)(nil)
-	_ idem.Clock    = (*Store)(nil)
+	_ idem.Store         = (*Store)(nil)
+	_ idem.Getter        = (*Store)(nil)
+	_ idem.Deleter       = (*Store)(nil)
+	_ idem.Extender      = (*Store)(nil)
+	_ idem.Evicter       = (*Store)(nil)
+	_ idem.Notifier      = (*Store)(nil)
+	_ idem.Clock         = (*Store)(nil)
+	_ idem.FailoverBound = (*Store)(nil)
 )
 
 // New returns a Store that keeps its records through client: a
@@ -160,6 +171,17 @@ var (
 // managed services may), or an evicting policy is set without maxmemory,
 // New logs one warning and returns the Store; so it does when a master
 // has fewer replicas connected than WithReplicas asks for.
+//
+// New also finds how long a failover may take (FailoverTime), which the
+// engine's lease must outlast: on a Cluster from every node's
+// cluster-node-timeout; on a Sentinel failover client from the Sentinels
+// given with WithSentinel; anywhere from WithFailoverTime, which skips
+// the reading. It returns an error wrapping ErrFailoverUnknown when the
+// client follows failovers and their timing cannot be read: a failover
+// client with neither option, a Cluster whose nodes do not all answer
+// CONFIG GET, a ClusterClient with ClusterSlots. A single server, or a
+// Ring, has no failover (FailoverTime 0); New warns when that server has
+// replicas, since something may fail it over behind its address.
 //
 // A *redis.Ring works too, except that notifications only reach waiters
 // for records on the shard that holds the channel; the engine's polling
@@ -184,9 +206,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
-	defer cancel()
-	if err := checkServers(ctx, client, logger, o.replicas); err != nil {
+	failover, err := failoverTime(client, &o, logger)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkServers(client, logger, o.replicas); err != nil {
 		return nil, err
 	}
 	s := &Store{
@@ -195,6 +219,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		channel:     o.prefix + "notify",
 		replicas:    o.replicas,
 		waitTimeout: o.timeout,
+		failover:    failover,
 	}
 	s.hub = newHub(client, s.channel)
 	return s, nil
@@ -427,6 +452,11 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	}
 	return time.Unix(r[0], r[1]*int64(time.Microsecond/time.Nanosecond)), nil
 }
+
+// FailoverTime implements idem.FailoverBound: how long a failover of the
+// deployment may take, as New found it (see New, WithSentinel and
+// WithFailoverTime); 0 when nothing fails over.
+func (s *Store) FailoverTime() time.Duration { return s.failover }
 
 // Get implements idem.Getter with one GET.
 func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
