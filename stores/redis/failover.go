@@ -42,7 +42,7 @@ const (
 // tick and sees the promotion with the INFO it sends every second; the
 // client follows +switch-master at once, or asks the Sentinels at its
 // next connection. That is downAfter + about 4.5 s: the margin is 5 s.
-// Measured on loopback at the defaults (downAfter 30 s): 30.6 s
+// Measured on loopback at the defaults (downAfter 30 s): 30.5 to 30.6 s
 // (TestSentinelKillNeverTwice).
 //
 // A failover whose first attempt fails (the elected Sentinel or the
@@ -66,8 +66,9 @@ func sentinelBound(downAfter time.Duration) time.Duration {
 // more data than itself, none for the best one), wins the masters' votes
 // in one round trip, and clients follow the redirections that name it.
 // That is 2 × nodeTimeout + about 1.5 s: the margin is 2 s. Measured on
-// loopback at the default nodeTimeout 15 s, killing the process: 18.4 s
-// to 21.5 s (TestClusterKillNeverTwice), against a bound of 32 s.
+// loopback at the default nodeTimeout 15 s, killing the process: 19.4 s
+// to 23.5 s (TestClusterKillNeverTwice; 18.4 s in issue 16), against a
+// bound of 32 s.
 //
 // An election that fails (a split vote) is retried after 4 ×
 // nodeTimeout, which no lease outlasts.
