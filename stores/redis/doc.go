@@ -53,8 +53,9 @@
 // response is kept byte for byte: status, every header value in order (not
 // necessarily UTF-8), and any body bytes.
 //
-// Every step is atomic and costs one round trip, and a record is one
-// Redis string written at most once per step:
+// Every step is atomic and costs one round trip (taking an ended claim
+// over, two), and a record is one Redis string written at most once per
+// step:
 //
 //	step                      round trips  writes  under WithReplicas
 //	Claim, new key            1            1       1, with WAIT

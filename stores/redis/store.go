@@ -173,14 +173,16 @@ var (
 // has fewer replicas connected than WithReplicas asks for.
 //
 // New also finds how long a failover may take (FailoverTime), which the
-// engine's lease must outlast: on a Cluster from every node's
-// cluster-node-timeout; on a Sentinel failover client from the Sentinels
-// given with WithSentinel; anywhere from WithFailoverTime, which skips
-// the reading. It returns an error wrapping ErrFailoverUnknown when the
-// client follows failovers and their timing cannot be read: a failover
-// client with neither option, a Cluster whose nodes do not all answer
-// CONFIG GET, a ClusterClient with ClusterSlots. A single server, or a
-// Ring, has no failover (FailoverTime 0); New warns when that server has
+// engine's lease must outlast, waiting at most 2 s more: on a Cluster
+// from every node's cluster-node-timeout; on a Sentinel failover client
+// from the Sentinels given with WithSentinel; anywhere from
+// WithFailoverTime, which skips the reading. It returns an error
+// wrapping ErrFailoverUnknown when the client follows failovers and
+// their timing cannot be read: a failover client with neither option, a
+// Cluster whose nodes do not all answer CONFIG GET (refused, or not
+// reachable: WithFailoverTime lets a service start while its Cluster is
+// down), a ClusterClient with ClusterSlots. A single server, or a Ring,
+// has no failover (FailoverTime 0); New warns when that server has
 // replicas, since something may fail it over behind its address.
 //
 // A *redis.Ring works too, except that notifications only reach waiters
