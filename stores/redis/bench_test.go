@@ -177,8 +177,8 @@ func median(d []time.Duration) time.Duration {
 // replica costs on top of the same round trips.
 func BenchmarkReplicasRatios(b *testing.B) {
 	rs := startReplicated(b)
-	plain := newTestStore(b, rs.client)
-	synced := newTestStore(b, rs.client, WithReplicas(1, time.Second))
+	plain := newTestStore(b, rs.client, noFailover)
+	synced := newTestStore(b, rs.client, noFailover, WithReplicas(1, time.Second))
 	ctx := context.Background()
 	stores := []*Store{plain, synced}
 	for _, s := range stores {

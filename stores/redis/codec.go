@@ -49,8 +49,9 @@ const idLen = 32
 //	1       20    lease end (all zeros once completed)
 //	21      20    expires at
 //	41      20    created at
-//	61      5     token length n, decimal (00000 once completed)
-//	66      n     token
+//	61      5     token length n, decimal
+//	66      n     token (kept once completed, for Evict; records completed
+//	              before it was kept hold none, n = 0)
 //	66+n          fingerprint: uvarint length, bytes
 //	              completed only, the response:
 //	                uvarint status
@@ -200,6 +201,17 @@ func ttlMillis(now, end time.Time) int64 {
 	return min(ms, maxTTLMillis)
 }
 
+// keepUntil returns how long Redis keeps an in-progress record claimed at
+// created whose lease ends at leaseEnd: LeaseEnd + (LeaseEnd - CreatedAt),
+// a lease past its end, so that a Complete or Extend that comes late still
+// finds it (the extend script computes the same from the record).
+func keepUntil(created, leaseEnd time.Time) time.Time {
+	if !leaseEnd.After(created) {
+		return leaseEnd
+	}
+	return leaseEnd.Add(leaseEnd.Sub(created)) // Sub saturates; Add does not wrap
+}
+
 // uvarint reads an unsigned varint, in its shortest encoding, from the
 // front of s.
 func uvarint(s string) (uint64, string, bool) {
@@ -233,17 +245,14 @@ func chunk(s string) (string, string, bool) {
 	return rest[:n], rest[n:], true
 }
 
-// completedLease and completedTokLen are what a completed record holds in
-// place of the lease end and the token length.
-const (
-	completedLease  = "00000000000000000000"
-	completedTokLen = "00000"
-)
+// completedLease is what a completed record holds in place of the lease
+// end.
+const completedLease = "00000000000000000000"
 
 // decodeRecord decodes a record as the claim script or GET returns it. It
 // accepts only what this package writes, in its one encoding: state 1 or 2;
-// for a completed record no lease end, no token, a status from 200 to 599
-// and known flags; no bytes after an in-progress record's fingerprint.
+// for a completed record no lease end, a status from 200 to 599 and known
+// flags; no bytes after an in-progress record's fingerprint.
 // Its errors wrap idem.ErrCorruptRecord.
 func decodeRecord(v string) (idem.Record, error) {
 	var rec idem.Record
@@ -269,8 +278,8 @@ func decodeRecord(v string) (idem.Record, error) {
 		if rec.LeaseEnd, err = parseTime(v[offLease : offLease+timeLen]); err != nil {
 			return rec, corrupt("%v", err)
 		}
-	} else if v[offLease:offLease+timeLen] != completedLease || v[offTokLen:offTokLen+tokLenLen] != completedTokLen {
-		return rec, corrupt("completed with a lease end or a token")
+	} else if v[offLease:offLease+timeLen] != completedLease {
+		return rec, corrupt("completed with a lease end")
 	}
 	n, err := strconv.ParseUint(v[offTokLen:offTokLen+tokLenLen], 10, 32)
 	if err != nil || offToken+int(n) > len(v) {

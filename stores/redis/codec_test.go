@@ -219,6 +219,14 @@ func TestDecodeRecordRejects(t *testing.T) {
 	if _, err := decodeRecord(inProgress); err != nil {
 		t.Fatal(err)
 	}
+	// A completed record keeps its claim's token.
+	withToken := encodeRecord(t, idem.Record{
+		Fingerprint: "fp", State: idem.StateCompleted, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+		Response: &idem.Response{Status: 201, Body: []byte("b")},
+	}, "token")
+	if rec, err := decodeRecord(withToken); err != nil || rec.Fingerprint != "fp" || string(rec.Response.Body) != "b" {
+		t.Errorf("completed record with a token: %+v, %v", rec, err)
+	}
 	for name, s := range map[string]string{
 		"state 0":                       "0" + inProgress[1:],
 		"state 3":                       "3" + inProgress[1:],
@@ -228,8 +236,8 @@ func TestDecodeRecordRejects(t *testing.T) {
 		"status 600":                    completed(600),
 		"status 999":                    completed(999),
 		"status 1000":                   completed(1000),
-		"completed with a lease end":    "2" + inProgress[1:offToken-tokLenLen] + completedTokLen + inProgress[offToken+len(c.Token):] + string(encodeResponseHead(&idem.Response{Status: 200})),
-		"completed with a token":        completed(200)[:offTokLen] + "00001x" + completed(200)[offToken:],
+		"completed with a lease end":    "2" + inProgress[1:] + string(encodeResponseHead(&idem.Response{Status: 200})),
+		"completed, token overruns":     completed(200)[:offTokLen] + "99999" + completed(200)[offToken:],
 		"in progress, trailing bytes":   inProgress + "x",
 		"unknown flags":                 strings.Replace(completed(200), "\xc8\x01\x04b", "\xc8\x01\x0cb", 1),
 		"overlong fingerprint length":   inProgress[:offToken+len(c.Token)] + "\x82\x00fp",
@@ -254,12 +262,13 @@ func FuzzDecodeRecord(f *testing.F) {
 	resp := idem.Response{Status: 201, Header: http.Header{"A": {"1"}, "B": {}}, Body: []byte("body")}
 	exp, _ := formatTime(now.Add(time.Hour))
 	// What the complete script builds from an in-progress record.
+	f.Add("2" + completedLease + exp + inProgress[offCreated:] + string(encodeResponseHead(&resp)) + string(resp.Body))
 	f.Add("2" + completedLease + exp + inProgress[offCreated:offCreated+timeLen] +
-		completedTokLen + inProgress[offToken+len(c.Token):] + string(encodeResponseHead(&resp)) + string(resp.Body))
+		"00000" + inProgress[offToken+len(c.Token):] + string(encodeResponseHead(&resp)) + string(resp.Body))
 	f.Add("2" + completedLease + exp + inProgress[offCreated:offCreated+timeLen] +
-		completedTokLen + inProgress[offToken+len(c.Token):] + string(encodeResponseHead(&idem.Response{Status: 204, BodyOmitted: true})))
+		"00000" + inProgress[offToken+len(c.Token):] + string(encodeResponseHead(&idem.Response{Status: 204, BodyOmitted: true})))
 	f.Add("2" + completedLease + exp + inProgress[offCreated:offCreated+timeLen] +
-		completedTokLen + inProgress[offToken+len(c.Token):] + string(encodeResponseHead(&idem.Response{Status: 700})))
+		"00000" + inProgress[offToken+len(c.Token):] + string(encodeResponseHead(&idem.Response{Status: 700})))
 	f.Add("3" + inProgress[1:])
 	f.Fuzz(func(t *testing.T, s string) {
 		rec, err := decodeRecord(s)

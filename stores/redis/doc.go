@@ -17,14 +17,32 @@
 // (ContextTimeoutEnabled: true), so the engine's store timeout bounds every
 // call even when Redis hangs; New refuses a client that does not.
 //
-// Redis Cluster (or Sentinel, with redis.NewFailoverClient) takes nothing
-// more than another client:
+// Redis Cluster takes nothing more than another client; New reads every
+// node's cluster-node-timeout to learn how long a failover may take (see
+// Failover):
 //
 //	client := redis.NewClusterClient(&redis.ClusterOptions{
 //		Addrs:                 []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
 //		ContextTimeoutEnabled: true,
 //	})
 //	store, err := redisstore.New(client, redisstore.WithPrefix("orders:idem:"))
+//
+// Behind Sentinel, New also needs the Sentinels, which it cannot reach
+// through the failover client: pass the options the client was built
+// with.
+//
+//	sentinel := &redis.FailoverOptions{
+//		MasterName:            "mymaster",
+//		SentinelAddrs:         []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+//		ContextTimeoutEnabled: true,
+//	}
+//	client := redis.NewFailoverClient(sentinel)
+//	store, err := redisstore.New(client, redisstore.WithSentinel(sentinel),
+//		redisstore.WithReplicas(1, 100*time.Millisecond))
+//
+// A managed service that fails over behind one address, or one whose
+// CONFIG is refused, takes the failover time its provider documents:
+// redisstore.WithFailoverTime(time.Minute).
 //
 // # How records are kept
 //
@@ -35,30 +53,53 @@
 // response is kept byte for byte: status, every header value in order (not
 // necessarily UTF-8), and any body bytes.
 //
-// Every step is atomic and costs one round trip, and a record is one
-// Redis string written at most once per step:
+// Every step is atomic and costs one round trip (taking an ended claim
+// over, two), and a record is one Redis string written at most once per
+// step:
 //
 //	step                      round trips  writes  under WithReplicas
 //	Claim, new key            1            1       1, with WAIT
 //	Claim, replay, 409, 422   1            0       1, its WAIT ignored
+//	Claim, ended claim        2            1       2, with WAIT
 //	Complete                  1            1       1, with WAIT
 //	Release                   1            1       1, no WAIT
 //	Extend (the heartbeat)    1            1       1, with WAIT
+//	Evict                     1            1       1, no WAIT
 //	Get                       1            0       1
 //	Delete                    1            1       1, no WAIT
+//	Now (the engine's clock)  1            0       1, once a minute
 //
 // Claim is a single SET key record NX PX ttl GET, which stores the claim
-// or returns the record that blocks it; Complete, Release, Extend and
-// Delete are each one Lua script, sent by its SHA-1 (its source is sent
-// again only after a server restart or SCRIPT FLUSH); Get is one GET.
-// A claim that finds a record that has ended by the engine's clock but
-// is still in Redis (Redis removes it at the same moment by its own
-// clock, so this takes clock skew) takes it over with the claim script,
-// a second round trip. Lease and expiry checks use the times the engine
-// passes in, never the server's clock. Each record also carries a Redis
-// TTL that ends with it (the lease end while in progress, the end of
-// retention once completed), so Redis reclaims expired records by itself
-// and the Store needs no sweeper.
+// or returns the record that blocks it; Complete, Release, Extend,
+// Evict, Delete and Now are each one Lua script, sent by its SHA-1 (its
+// source is sent again only after a server restart or SCRIPT FLUSH); Get
+// is one GET. A claim that finds a record that has ended by the engine's
+// clock but is still in Redis (an abandoned claim, which Redis keeps a
+// lease past its lease end; or clock skew) takes it over with the claim
+// script, a second round trip. Lease and expiry checks use the times the
+// engine passes in, never the server's clock.
+//
+// Each record also carries a Redis TTL, so Redis reclaims it by itself
+// and the Store needs no sweeper: a completed record's ends with its
+// retention; an in-progress record's at LeaseEnd + (LeaseEnd -
+// CreatedAt), a lease past its lease end. A claim whose lease ended
+// while nobody took the key over is still its token's: a Complete or
+// Extend that comes late, because Redis was away or failing over, finds
+// it and lands; a claim at or after the lease end takes the key over,
+// after which the late call fails with idem.ErrLeaseLost. A completed
+// record keeps the claim's token, so that Evict (a token-checked delete
+// of a record whose streamed answer turned out truncated) never deletes
+// the record of a retry that claimed the key after it expired.
+//
+// Now is Redis's TIME, which the engine aligns the times it passes in
+// with (idem.Clock), so that instances whose clocks disagree judge leases
+// alike. Its script names the key prefix + "clock" (never written): every
+// engine reads the same server, on a Cluster the master that owns that
+// key's slot. One clock is enough there: the records of every shard hold
+// the engine's times, and the scripts compare them with the engine's now,
+// never with a server's clock; the other masters only count TTLs down,
+// from when each write arrives, which their clocks' offset does not
+// change.
 //
 // A completed record holding a 1 KiB body and a few headers takes about
 // 1.7 KB of Redis memory, an in-progress claim about 350 bytes (Redis
@@ -73,21 +114,39 @@
 //
 //	event                          what survives
 //	the application crashes        every record; a claim in flight blocks
-//	                               its key until its lease ends (15 s by
-//	                               default), then the retry runs again
+//	                               its key until its lease ends, then the
+//	                               retry runs again
 //	Redis restarts, no persistence nothing
 //	  with RDB snapshots (save)    records older than the last snapshot
 //	  with AOF, appendfsync        all but about the last second of
 //	  everysec                     writes (two, when the disk lags)
 //	  with AOF, appendfsync always every record: each write is on disk
-//	                               before Redis answers it
-//	a failover (Sentinel, Cluster) the records the promoted replica had:
-//	                               the writes of the replication lag
-//	                               (milliseconds, more under load) are lost
+//	                               before Redis answers it; a completion
+//	                               that waited out the restart lands if
+//	                               the restart took less than the lease
+//	                               (less a heartbeat), or after it while
+//	                               no retry came first
+//	a failover (Sentinel, Cluster) the records the promoted replica had;
+//	                               the engine's lease outlasts the
+//	                               failover (lease - heartbeat >=
+//	                               FailoverTime, see Failover), so a
+//	                               completion that waited it out in the
+//	                               background lands on the new primary
+//	                               and retries replay it
+//	  without WithReplicas         the writes of the replication lag
+//	                               (milliseconds, more under load) are
+//	                               lost: a lost claim lets the retry run
+//	                               beside the first request, a lost
+//	                               completion lets it run again after the
+//	                               lease
 //	  with WithReplicas(n, ...)    every claim, completion and extension
 //	                               the engine counted: each was
 //	                               acknowledged by n replicas first (a
 //	                               failover to one of them; see below)
+//	  longer than FailoverTime     what the promoted replica had; a retry
+//	                               that comes after the lease end and
+//	                               before the late completion lands runs
+//	                               again
 //
 // # Replication
 //
@@ -122,12 +181,16 @@
 // Meeting the completed record again, Complete re-asserts its expiry (an
 // unchanged write that WAIT then covers) and keeps failing until the
 // replicas have the record, so the engine reports it landed only then.
-// A completion still pending when the claim's acknowledged lease ends on
-// the new primary, or when the application stops, is lost as without
-// the option. While fewer than n replicas are connected every new
-// request gets 503 after the timeout, and every replay waits it out
-// (Redis checks the timeout on its hz tick, so up to 100 ms more by
-// default).
+// The engine's lease outlasts the failover (see Failover), so the claim
+// is still live on the new primary when the pending completion lands
+// there; one that comes later still lands while no retry has taken the
+// key over. A completion still pending when the application stops is
+// lost as without the option. While fewer than n replicas are connected
+// every new request gets 503 after the timeout, and every replay waits
+// it out (Redis checks the timeout on its hz tick, so up to 100 ms more
+// by default): after a failover, until the new primary has a replica
+// (Sentinel and Cluster attach the other replicas to it within seconds;
+// keep two replicas per primary for that).
 //
 // WAIT is not consensus. A record survives a failover to a replica that
 // acknowledged it; Sentinel and Cluster promote the replica with the
@@ -137,9 +200,64 @@
 // OnNewNode to see them, and a claim whose slot has just moved fails once
 // while the slot map reloads.
 //
+// # Failover
+//
+// While a primary is down and until a replica is promoted, every call
+// to it fails: handlers that finish meanwhile answer their clients, and
+// the engine completes their records in the background. That only
+// works if their claims are still held when the new primary takes
+// over, so the Store reports how long a failover may take
+// (idem.FailoverBound), and idem.New makes the default lease outlast it
+// (lease - one heartbeat >= FailoverTime; the part of the lease left
+// when the primary dies) and refuses a shorter WithLease. The price is
+// the lease: the claims of an application instance that crashes block
+// their keys that long (53 s instead of 15 s behind a default
+// Sentinel). New finds the bound:
+//
+//	deployment             FailoverTime                      at the defaults
+//	Sentinel, WithSentinel largest down-after-milliseconds   35 s (lease 53 s)
+//	                       + 5 s
+//	Cluster                2 x largest cluster-node-timeout  32 s (lease 48 s)
+//	                       + 2 s
+//	WithFailoverTime(d)    d                                 -
+//	one server, Ring       0: a restart is not a failover    - (lease 15 s)
+//
+// Sentinel flags the primary down after down-after-milliseconds without
+// a reply, agrees with the quorum within a second, starts after up to a
+// second's random delay, and promotes within another: 30.5 to 30.6 s
+// measured on loopback at the default 30 s. A Cluster flags a master
+// PFAIL once a ping has waited cluster-node-timeout, pings each node at
+// least every half of it, needs a majority's reports, which ride the
+// same pings, and the replica's election takes 0.5 to 1 s: 19.4 to
+// 23.5 s measured at the default 15 s, up to 2 x node timeout when a
+// machine vanishes without closing its connections.
+// (TestSentinelKillNeverTwice and TestClusterKillNeverTwice kill the
+// primary with SIGKILL at these defaults while requests are in flight;
+// no request runs twice.)
+//
+// New refuses, with ErrFailoverUnknown, a client that follows failovers
+// whose timing it cannot read: a Sentinel failover client without
+// WithSentinel or WithFailoverTime, a ClusterClient with ClusterSlots
+// (redis.NewFailoverClusterClient), a Cluster whose nodes do not all
+// answer CONFIG GET. Refusing at start-up says why, once; a guessed bound
+// would run requests twice at the first failover that exceeds it. On a
+// single server New warns when it has replicas: something may fail it
+// over behind its address, and only WithFailoverTime can say how long
+// that takes. The timings are read at New only.
+//
+// The bound covers a failover that succeeds at its first attempt. One
+// that fails (the elected Sentinel or the chosen replica dies too, a
+// split vote) is tried again after twice Sentinel's failover-timeout (6
+// minutes by default) or 4 x cluster-node-timeout, which no lease
+// outlasts: a request in flight then may run again. Two replicas of a
+// Cluster master with the same data can split the masters' votes (once
+// in eleven test runs: promoted 80.4 s after the kill);
+// cluster-replica-no-failover on all but one replica of each master
+// avoids that, at the price of that one replica.
+//
 // # Waiting
 //
-// Complete, Release and Delete publish the record's hash tag on the
+// Complete, Release, Evict and Delete publish the record's hash tag on the
 // channel prefix + "notify". Watch (the engine's wait mode) shares one
 // subscription per Store among all waiters, so a thousand waiting requests
 // use one connection. If the subscription breaks, waiters are woken early
@@ -169,4 +287,9 @@
 // noeviction a full Redis refuses writes and the engine answers 503.
 // Replication in Redis is asynchronous: see Durability, and
 // WithReplicas.
+//
+// Records completed by this version keep their claim's token. Releases
+// that did not keep it report such a record corrupt, and answer its
+// retries with 503 (never running them), until every instance runs
+// this version; records they completed are read as before.
 package redisstore

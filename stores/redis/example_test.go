@@ -57,13 +57,36 @@ func ExampleNew_cluster() {
 
 // Behind Sentinel, with every claim and completion acknowledged by a
 // replica before the engine counts it, so that a failover loses none.
+// WithSentinel lets New read how long a failover takes from the
+// Sentinels (down-after-milliseconds), and the engine's default lease
+// outlasts it: 53 s at Sentinel's defaults.
 func ExampleWithReplicas() {
-	client := redis.NewFailoverClient(&redis.FailoverOptions{
+	sentinel := &redis.FailoverOptions{
 		MasterName:            "mymaster",
 		SentinelAddrs:         []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
 		ContextTimeoutEnabled: true,
-	})
-	store, err := redisstore.New(client, redisstore.WithReplicas(1, 100*time.Millisecond))
+	}
+	client := redis.NewFailoverClient(sentinel)
+	store, err := redisstore.New(client,
+		redisstore.WithSentinel(sentinel),
+		redisstore.WithReplicas(1, 100*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	engine, err := idem.New(store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = engine
+}
+
+// A managed Redis that fails over behind one endpoint: the Store cannot
+// read its timing, so the failover time its provider documents is
+// stated, and the engine's lease is made to outlast it.
+func ExampleWithFailoverTime() {
+	client := redis.NewClient(&redis.Options{Addr: "primary.example.internal:6379", ContextTimeoutEnabled: true})
+	store, err := redisstore.New(client, redisstore.WithFailoverTime(time.Minute))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -228,14 +228,19 @@ func (s *server) kill() {
 // torn down when the test ends.
 func startCluster(t testing.TB) *redis.ClusterClient {
 	t.Helper()
-	client, _ := startClusterOf(t, 0)
+	client, _ := startClusterOf(t, 0, quickNodeTimeout)
 	return client
 }
 
+// quickNodeTimeout is the cluster-node-timeout of the test clusters that
+// are not about failover timings: a failover there takes seconds.
+const quickNodeTimeout = 2 * time.Second
+
 // startClusterOf is startCluster with replicas replicas per master
 // (3 × (1 + replicas) processes), each in sync with its master before it
-// returns. It also returns every node's server, by address.
-func startClusterOf(t testing.TB, replicas int) (*redis.ClusterClient, map[string]*server) {
+// returns, and cluster-node-timeout nodeTimeout. It also returns every
+// node's server, by address.
+func startClusterOf(t testing.TB, replicas int, nodeTimeout time.Duration) (*redis.ClusterClient, map[string]*server) {
 	t.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
@@ -255,7 +260,7 @@ func startClusterOf(t testing.TB, replicas int) (*redis.ClusterClient, map[strin
 		s := startServer(t, port,
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(port)+".conf"),
-			"--cluster-node-timeout", "2000",
+			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
 			"--repl-diskless-sync-delay", "0",
 		)
 		addrs = append(addrs, s.addr())

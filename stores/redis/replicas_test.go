@@ -95,6 +95,10 @@ func (s *server) thaw() {
 
 const replicaWait = 200 * time.Millisecond
 
+// noFailover tells New that nothing fails the test's primary over to its
+// replica, which New would otherwise warn about.
+var noFailover = WithFailoverTime(0)
+
 // TestReplicasRoundTrips is TestRoundTrips under WithReplicas: each write
 // the engine counts on goes in one pipeline with its WAIT, so every step
 // still costs one round trip; release, get and delete do not wait.
@@ -102,7 +106,7 @@ func TestReplicasRoundTrips(t *testing.T) {
 	rs := startReplicated(t)
 	hook := &countHook{}
 	rs.client.AddHook(hook)
-	s := newTestStore(t, rs.client, WithReplicas(1, time.Second))
+	s := newTestStore(t, rs.client, noFailover, WithReplicas(1, time.Second))
 	warmUp(t, s)
 	hook.take()
 
@@ -177,7 +181,7 @@ func TestReplicasRoundTrips(t *testing.T) {
 func TestReplicasShortfall(t *testing.T) {
 	t.Parallel() // on servers of its own, it mostly waits
 	rs := startReplicated(t)
-	s := newTestStore(t, rs.client, WithReplicas(1, replicaWait))
+	s := newTestStore(t, rs.client, noFailover, WithReplicas(1, replicaWait))
 	ctx := t.Context()
 	now := time.Now()
 	resp := idem.Response{Status: 201, Body: []byte(`{"id":1}`)}
@@ -233,7 +237,7 @@ func TestReplicasShortfall(t *testing.T) {
 
 	// A WAIT longer than the call's deadline is cut to fit it, so the
 	// caller learns why the call failed.
-	long := newTestStore(t, rs.client, WithReplicas(1, 3*time.Second))
+	long := newTestStore(t, rs.client, noFailover, WithReplicas(1, 3*time.Second))
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err = long.Claim(short, idem.Claim{Scope: "s", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
 	cancel()
@@ -300,7 +304,7 @@ func TestReplicasShortfall(t *testing.T) {
 func TestReplicasEngine(t *testing.T) {
 	t.Parallel() // on servers of its own, it mostly waits
 	rs := startReplicated(t)
-	s := newTestStore(t, rs.client, WithReplicas(1, replicaWait))
+	s := newTestStore(t, rs.client, noFailover, WithReplicas(1, replicaWait))
 	var mu sync.Mutex
 	var events []idem.Event
 	engine, err := idem.New(s, idem.WithObserver(func(_ context.Context, ev idem.Event) {
@@ -399,7 +403,7 @@ func TestReplicasConformance(t *testing.T) {
 	for _, script := range []bool{false, true} {
 		t.Run(fmt.Sprint("scriptClaims=", script), func(t *testing.T) {
 			conformance.RunStore(t, func(t *testing.T) idem.Store {
-				s := newTestStore(t, rs.client, WithReplicas(1, time.Second))
+				s := newTestStore(t, rs.client, noFailover, WithReplicas(1, time.Second))
 				s.scriptClaims = script
 				return s
 			})
@@ -413,7 +417,7 @@ func TestReplicasConformance(t *testing.T) {
 // of its shard and no other, which a WAIT sent to another node would
 // hide), and New checks the eviction policy of every master.
 func TestReplicasCluster(t *testing.T) {
-	client, nodes := startClusterOf(t, 1)
+	client, nodes := startClusterOf(t, 1, quickNodeTimeout)
 	t.Run("conformance", func(t *testing.T) {
 		conformance.RunStore(t, func(t *testing.T) idem.Store { return newTestStore(t, client, WithReplicas(1, time.Second)) })
 	})
@@ -502,7 +506,7 @@ func TestReplicasTooFew(t *testing.T) {
 		warn bool
 	}{{1, false}, {2, true}} {
 		var log bytes.Buffer
-		s, err := New(rs.client, WithReplicas(tc.n, replicaWait), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+		s, err := New(rs.client, noFailover, WithReplicas(tc.n, replicaWait), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 		if err != nil {
 			t.Fatal(err)
 		}

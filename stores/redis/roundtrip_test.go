@@ -68,7 +68,10 @@ func warmUp(t testing.TB, s *Store) {
 		s.Release(ctx, "warm-up", "k", "tok"),
 		func() error { _, err := s.Claim(ctx, c); return err }(),
 		s.Complete(ctx, "warm-up", "k", "tok", idem.Response{Status: 200}, now, now.Add(time.Minute)),
+		s.Evict(ctx, "warm-up", "k", "tok"),
+		func() error { _, err := s.Claim(ctx, c); return err }(),
 		func() error { _, err := s.Delete(ctx, "warm-up", "k"); return err }(),
+		func() error { _, err := s.Now(ctx); return err }(),
 	}
 	for i, err := range steps {
 		if err != nil {
@@ -145,6 +148,18 @@ func TestRoundTrips(t *testing.T) {
 				t.Fatal(ok, err)
 			}
 		}},
+		{"evict", []string{"evalsha"}, func() {
+			claim("d", "tok")
+			hook.take()
+			if err := s.Evict(ctx, "s", "d", "tok"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"clock", []string{"evalsha"}, func() {
+			if _, err := s.Now(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		// The one step allowed a second round trip: taking over a record
 		// that has ended by the engine's clock while Redis, by its own
 		// clock, still holds it (clock skew, or here a clock moved ahead).
@@ -183,17 +198,32 @@ func TestRecordsInRedis(t *testing.T) {
 		t.Fatalf("record key %q, want prefix + {32 hex digits}", k)
 	}
 
+	// An in-progress record stays in Redis until LeaseEnd + (LeaseEnd -
+	// CreatedAt), for a late Complete: twice its lease when claimed, and
+	// after an Extend at created+e to a lease end created+e+l, e+2l from
+	// now. So does a claim that takes an ended record over (the script).
 	now := time.Now()
 	lease := 5 * time.Minute
 	if res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp\x00\xff", Token: "tok", Now: now, LeaseEnd: now.Add(lease)}); err != nil || !res.Acquired {
 		t.Fatalf("Claim: %+v, %v", res, err)
 	}
-	checkPTTL(t, client, k, lease)
-
+	checkPTTL(t, client, k, 2*lease)
 	if err := s.Extend(ctx, scope, key, "tok", now, now.Add(2*lease)); err != nil {
 		t.Fatal(err)
 	}
-	checkPTTL(t, client, k, 2*lease)
+	checkPTTL(t, client, k, 4*lease)
+	if err := s.Extend(ctx, scope, key, "tok", now.Add(-lease), now.Add(lease)); err != nil {
+		t.Fatal(err)
+	}
+	checkPTTL(t, client, k, 3*lease)
+	later := now.Add(time.Hour)
+	if res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: "taken-over", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(lease)}); err != nil || !res.Acquired {
+		t.Fatalf("Claim: %+v, %v", res, err)
+	}
+	if res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: "taken-over", Fingerprint: "fp", Token: "tok2", Now: later, LeaseEnd: later.Add(lease)}); err != nil || !res.Acquired {
+		t.Fatalf("takeover Claim: %+v, %v", res, err)
+	}
+	checkPTTL(t, client, s.Key(scope, "taken-over"), 2*lease)
 
 	body := make([]byte, 0, 512)
 	for i := range 512 {
@@ -219,8 +249,8 @@ func TestRecordsInRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if raw[0] != '2' || !bytes.Contains(raw, body) || bytes.Contains(raw, []byte("tok")) {
-		t.Errorf("completed record %q: want state 2, the body, and no token", raw[:min(len(raw), 100)])
+	if raw[0] != '2' || !bytes.Contains(raw, body) || !bytes.Contains(raw[offToken:], []byte("tok")) {
+		t.Errorf("completed record %q: want state 2, the body, and the token", raw[:min(len(raw), 100)])
 	}
 	res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok2", Now: now, LeaseEnd: now.Add(lease)})
 	if err != nil || res.Existing == nil {
@@ -248,8 +278,8 @@ func TestRecordsInRedis(t *testing.T) {
 		checkRecord(t, rec, idem.Record{Fingerprint: "fp", State: idem.StateCompleted, Response: &r, CreatedAt: now, ExpiresAt: now.Add(retention)})
 	}
 
-	// Records leave Redis by themselves: an abandoned claim at its lease
-	// end, a completed record at its expiry.
+	// Records leave Redis by themselves: an abandoned claim a lease after
+	// its lease end, a completed record at its expiry.
 	now = time.Now()
 	if _, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: "abandoned", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(100 * time.Millisecond)}); err != nil {
 		t.Fatal(err)

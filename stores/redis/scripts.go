@@ -13,8 +13,11 @@ import (
 // 2-21, expiry at 22-41, created at 42-61, token length at 62-66, token
 // from 67, in Lua's 1-based positions) and compare times as equal-length
 // digit strings. Times come from the engine; the scripts never read the
-// server's clock. Each write sets the key's TTL (PX) to the record's
-// remaining lifetime, so Redis reclaims it by itself.
+// server's clock. Each write sets the key's TTL (PX), so Redis reclaims
+// the record by itself: a completed record at its expiry; an in-progress
+// one at LeaseEnd + (LeaseEnd - CreatedAt), a lease past its lease end,
+// so that a Complete or Extend that comes late (the store was failing
+// over) still finds it and lands while nobody took the key over.
 //
 // The scripts run as few commands as they can: a completion is GET, SET
 // and PUBLISH; a release GET, DEL and PUBLISH.
@@ -44,9 +47,28 @@ redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
 return 1
 `)
 
+// keepPX is Lua for keepPX(lease end, created, ttl): the TTL, in ms, of
+// an in-progress record whose lease end is ttl ms away: ttl plus its
+// lease so far, LeaseEnd - CreatedAt, rounded up, at most maxTTLMillis.
+// The two times are 20-digit strings (see codec.go), too long for Lua's
+// doubles, so their difference is taken in two 10-digit halves; it is
+// exact below 2^53 ns (104 days) and a millisecond more beyond.
+var keepPX = fmt.Sprintf(`
+local function keepPX(e, c, ttl)
+  local d = (tonumber(string.sub(e, 1, 10)) - tonumber(string.sub(c, 1, 10))) * 1e10 +
+            (tonumber(string.sub(e, 11)) - tonumber(string.sub(c, 11)))
+  local px = tonumber(ttl)
+  if d > 0 then
+    px = px + math.ceil(d / 1e6)
+    if d >= 9007199254740992 then px = px + 1 end
+  end
+  return string.format('%%.0f', math.min(px, %d))
+end`, maxTTLMillis)
+
 // heldPrelude loads the record into v and returns 0 from the script
-// unless it is in progress and holds the token ARGV[1]; n is the token's
-// length. When ARGV[sync] is "1" (WithReplicas), a completed record has
+// unless it is in progress and holds the token ARGV[1], whatever its
+// lease end: a lease that ended without anyone taking the key over is
+// still the token's. n is the token's length. When ARGV[sync] is "1" (WithReplicas), a completed record has
 // its expiry set again, unchanged, and the script returns 2: that write
 // carries the connection's replication offset past the record, so the
 // WAIT pipelined after the script tells whether the record has reached
@@ -71,19 +93,19 @@ if not n or string.sub(v, 67, 66 + n) ~= ARGV[1] then return 0 end
 `
 }
 
-// completeScript stores the response of a held claim.
+// completeScript stores the response of a held claim. The completed
+// record keeps the created time, the token and the fingerprint.
 //
 //	KEYS[1] record key
-//	ARGV    token, now, expires at, TTL in ms, response head, body,
-//	        notify channel, record id, and "1" under WithReplicas
+//	ARGV    token, expires at, TTL in ms, response head, body, notify
+//	        channel, record id, and "1" under WithReplicas
 //
 // It returns 1 when the record was completed, 0 when the claim is lost,
 // and 2 (under WithReplicas) when the record is completed already.
-var completeScript = redis.NewScript(heldPrelude(9) + `
-if not (ARGV[2] < string.sub(v, 2, 21)) then return 0 end
-redis.call('SET', k, '2' .. string.rep('0', 20) .. ARGV[3] .. string.sub(v, 42, 61) .. '00000' ..
-  string.sub(v, 67 + n) .. ARGV[5] .. ARGV[6], 'PX', ARGV[4])
-redis.call('PUBLISH', ARGV[7], ARGV[8])
+var completeScript = redis.NewScript(heldPrelude(8) + `
+redis.call('SET', k, '2' .. string.rep('0', 20) .. ARGV[2] .. string.sub(v, 42) ..
+  ARGV[4] .. ARGV[5], 'PX', ARGV[3])
+redis.call('PUBLISH', ARGV[6], ARGV[7])
 return 1
 `)
 
@@ -100,18 +122,47 @@ return 1
 `)
 
 // extendScript moves the lease end (and with it the expiry) of a held
-// claim.
+// claim, and keeps the record a lease past the new lease end.
 //
 //	KEYS[1] record key
-//	ARGV    token, now, new lease end, TTL in ms, and "1" under
+//	ARGV    token, new lease end, TTL to it in ms, and "1" under
 //	        WithReplicas
 //
 // It returns 1 when the lease moved, 0 when the claim is lost, and 2
 // (under WithReplicas) when the record is completed.
-var extendScript = redis.NewScript(heldPrelude(5) + `
-if not (ARGV[2] < string.sub(v, 2, 21)) then return 0 end
-redis.call('SET', k, '1' .. ARGV[3] .. ARGV[3] .. string.sub(v, 42), 'PX', ARGV[4])
+var extendScript = redis.NewScript(keepPX + heldPrelude(4) + `
+redis.call('SET', k, '1' .. ARGV[2] .. ARGV[2] .. string.sub(v, 42),
+  'PX', keepPX(ARGV[2], string.sub(v, 42, 61), ARGV[3]))
 return 1
+`)
+
+// evictScript deletes a record, in progress or completed, that holds a
+// token, and notifies waiters.
+//
+//	KEYS[1] record key
+//	ARGV    token, notify channel, record id
+//
+// It returns 1 when the record was deleted, 0 when there is none or it
+// holds another token (a record completed before tokens were kept holds
+// none, and is never evicted).
+var evictScript = redis.NewScript(`
+local k = KEYS[1]
+local v = redis.call('GET', k)
+if not v then return 0 end
+local st = string.byte(v, 1)
+if st ~= 49 and st ~= 50 then return 0 end
+local n = tonumber(string.sub(v, 62, 66))
+if not n or n == 0 or string.sub(v, 67, 66 + n) ~= ARGV[1] then return 0 end
+redis.call('DEL', k)
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+`)
+
+// timeScript returns Redis's TIME: seconds and microseconds. It names a
+// key, never written, so that every client type sends it to the server
+// that owns that key (see Store.Now).
+var timeScript = redis.NewScript(`
+return redis.call('TIME')
 `)
 
 // deleteScript deletes a record in any state and notifies waiters.

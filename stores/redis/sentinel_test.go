@@ -28,6 +28,7 @@ type sentinelRig struct {
 	primary, replica *server
 	link             *conformance.Proxy
 	sentinels        []*server
+	opts             *redis.FailoverOptions
 	client           *redis.Client // the failover client
 }
 
@@ -93,9 +94,8 @@ sentinel failover-timeout %s 60000
 		}
 		_ = sc.Close()
 	}
-	rig.client = redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName: masterName, SentinelAddrs: addrs, ContextTimeoutEnabled: true,
-	})
+	rig.opts = &redis.FailoverOptions{MasterName: masterName, SentinelAddrs: addrs, ContextTimeoutEnabled: true}
+	rig.client = redis.NewFailoverClient(rig.opts)
 	t.Cleanup(func() { _ = rig.client.Close() })
 	rig.follows(rig.primary)
 	return rig
@@ -162,13 +162,18 @@ func TestSentinelFailover(t *testing.T) {
 			start := time.Now()
 			rig := startSentinelRig(t)
 			t.Logf("primary, replica and three Sentinels up in %v", time.Since(start).Round(time.Millisecond))
-			s := newTestStore(t, rig.client, tc.opts...)
+			s := newTestStore(t, rig.client, append(tc.opts, WithSentinel(rig.opts))...)
+			// down-after-milliseconds 1000: a failover takes up to 6 s,
+			// which the engine's default lease (15 s, 10 s of it left after
+			// a heartbeat) outlasts. A claim that the replica holds but
+			// that no one completes blocks retries for the rest of its
+			// lease.
+			if got := s.FailoverTime(); got != sentinelBound(time.Second) {
+				t.Fatalf("FailoverTime = %v, want %v", got, sentinelBound(time.Second))
+			}
 			var mu sync.Mutex
 			var outcomes []idem.Outcome
-			// A short lease (the default is 15 s) keeps the test short: a
-			// claim that the replica holds but that no one completes blocks
-			// retries for the rest of its lease.
-			engine, err := idem.New(s, idem.WithLease(5*time.Second), idem.WithObserver(func(_ context.Context, ev idem.Event) {
+			engine, err := idem.New(s, idem.WithObserver(func(_ context.Context, ev idem.Event) {
 				mu.Lock()
 				outcomes = append(outcomes, ev.Outcome)
 				mu.Unlock()
@@ -236,13 +241,13 @@ func TestSentinelFailover(t *testing.T) {
 			// come.
 			var w *httptest.ResponseRecorder
 			var retries int
-			for deadline := time.Now().Add(20 * time.Second); ; retries++ {
+			for deadline := time.Now().Add(30 * time.Second); ; retries++ {
 				w = post()
 				if w.Code != http.StatusConflict && w.Code != http.StatusServiceUnavailable {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("still %d 20s after the failover", w.Code)
+					t.Fatalf("still %d 30s after the failover", w.Code)
 				}
 				time.Sleep(250 * time.Millisecond)
 			}

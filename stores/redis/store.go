@@ -41,10 +41,14 @@ const maxPrefixLen = 256
 type Option func(*options)
 
 type options struct {
-	prefix   string
-	replicas int
-	timeout  time.Duration // WithReplicas' WAIT timeout
-	logger   *slog.Logger
+	prefix      string
+	replicas    int
+	timeout     time.Duration // WithReplicas' WAIT timeout
+	logger      *slog.Logger
+	failover    time.Duration // WithFailoverTime
+	failoverSet bool
+	sentinel    *redis.FailoverOptions // WithSentinel
+	sentinelSet bool
 }
 
 // WithPrefix sets the prefix of every Redis key and of the notification
@@ -90,6 +94,9 @@ func (o *options) validate(client redis.UniversalClient) error {
 	case strings.ContainsAny(o.prefix, "{}"):
 		return fmt.Errorf("%w: WithPrefix: the prefix %q contains '{' or '}', which would change the hash tag Redis Cluster uses to place every record", ErrBadOption, o.prefix)
 	}
+	if err := o.validateFailover(); err != nil {
+		return err
+	}
 	if o.replicas == 0 && o.timeout == 0 {
 		return nil
 	}
@@ -114,9 +121,10 @@ func (o *options) validate(client redis.UniversalClient) error {
 }
 
 // Store is an idem.Store on Redis. It also implements idem.Getter,
-// idem.Deleter, idem.Extender and idem.Notifier. It does not implement
-// idem.ExpiredDeleter: every record carries a Redis TTL that ends with its
-// expiry, so Redis reclaims it by itself.
+// idem.Deleter, idem.Extender, idem.Evicter, idem.Notifier, idem.Clock
+// (Redis's TIME) and idem.FailoverBound (see New). It does not implement
+// idem.ExpiredDeleter: every record carries a Redis TTL, so Redis
+// reclaims it by itself.
 //
 // A Store is safe for concurrent use. It does not own the client: Close
 // stops the Store's notification subscription and leaves the client open.
@@ -131,17 +139,23 @@ type Store struct {
 	replicas    int
 	waitTimeout time.Duration
 
+	// failover is FailoverTime's answer, resolved by New.
+	failover time.Duration
+
 	// scriptClaims makes Claim skip the SET NX GET fast path and always run
 	// the claim script; tests set it to check the script on its own.
 	scriptClaims bool
 }
 
 var (
-	_ idem.Store    = (*Store)(nil)
-	_ idem.Getter   = (*Store)(nil)
-	_ idem.Deleter  = (*Store)(nil)
-	_ idem.Extender = (*Store)(nil)
-	_ idem.Notifier = (*Store)(nil)
+	_ idem.Store         = (*Store)(nil)
+	_ idem.Getter        = (*Store)(nil)
+	_ idem.Deleter       = (*Store)(nil)
+	_ idem.Extender      = (*Store)(nil)
+	_ idem.Evicter       = (*Store)(nil)
+	_ idem.Notifier      = (*Store)(nil)
+	_ idem.Clock         = (*Store)(nil)
+	_ idem.FailoverBound = (*Store)(nil)
 )
 
 // New returns a Store that keeps its records through client: a
@@ -157,6 +171,19 @@ var (
 // managed services may), or an evicting policy is set without maxmemory,
 // New logs one warning and returns the Store; so it does when a master
 // has fewer replicas connected than WithReplicas asks for.
+//
+// New also finds how long a failover may take (FailoverTime), which the
+// engine's lease must outlast, waiting at most 2 s more: on a Cluster
+// from every node's cluster-node-timeout; on a Sentinel failover client
+// from the Sentinels given with WithSentinel; anywhere from
+// WithFailoverTime, which skips the reading. It returns an error
+// wrapping ErrFailoverUnknown when the client follows failovers and
+// their timing cannot be read: a failover client with neither option, a
+// Cluster whose nodes do not all answer CONFIG GET (refused, or not
+// reachable: WithFailoverTime lets a service start while its Cluster is
+// down), a ClusterClient with ClusterSlots. A single server, or a Ring,
+// has no failover (FailoverTime 0); New warns when that server has
+// replicas, since something may fail it over behind its address.
 //
 // A *redis.Ring works too, except that notifications only reach waiters
 // for records on the shard that holds the channel; the engine's polling
@@ -181,6 +208,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	failover, err := failoverTime(client, &o, logger)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkServers(client, logger, o.replicas); err != nil {
 		return nil, err
 	}
@@ -190,6 +221,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		channel:     o.prefix + "notify",
 		replicas:    o.replicas,
 		waitTimeout: o.timeout,
+		failover:    failover,
 	}
 	s.hub = newHub(client, s.channel)
 	return s, nil
@@ -221,16 +253,17 @@ func (s *Store) Key(scope, key string) string {
 // (the 32 hex digits between the braces of its key).
 func (s *Store) Channel() string { return s.channel }
 
-// Claim implements idem.Store in one round trip (two in a rare case).
+// Claim implements idem.Store in one round trip (two when it takes an
+// ended claim over).
 //
 // The claim is first tried as a single SET key record NX PX ttl GET, which
 // is atomic by itself: it stores the new claim when there is no record,
 // and otherwise returns the record without changing it. When that record
 // still blocks at c.Now (a live lease, or a completed record before its
 // expiry) it is the answer. Only when Redis still holds a record that has
-// ended by the engine's clock (Redis removes it at the same moment by its
-// own clock, so this is rare: clock skew, or a test's fake clock) does
-// Claim run the claim script, a second round trip, which decides again
+// ended by the engine's clock (an abandoned claim, which Redis keeps a
+// lease past its lease end for a late Complete; or clock skew) does Claim
+// run the claim script, a second round trip, which decides again
 // atomically and takes the key over. Both paths store exactly the same
 // record. Under WithReplicas each is pipelined with WAIT, and a claim
 // taken but not acknowledged returns an error wrapping ErrNotReplicated.
@@ -244,7 +277,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
 	k := s.Key(c.Scope, c.Key)
-	ttl := ttlMillis(c.Now, c.LeaseEnd)
+	ttl := ttlMillis(c.Now, keepUntil(c.Now, c.LeaseEnd))
 	if s.scriptClaims {
 		return s.claimByScript(ctx, k, now, rec, ttl)
 	}
@@ -312,16 +345,19 @@ func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64
 }
 
 // Complete implements idem.Store with one script call, which also notifies
-// waiters. Under WithReplicas it is pipelined with WAIT; a completion not
-// acknowledged returns an error wrapping ErrNotReplicated, and so does a
-// later call for a record completed already until its WAIT is answered.
+// waiters. It lands while the record is in progress and holds token,
+// also past its lease end (Redis keeps the record a lease longer for
+// it). The completed record keeps the token, for Evict. Under
+// WithReplicas it is pipelined with WAIT; a completion not acknowledged
+// returns an error wrapping ErrNotReplicated, and so does a later call
+// for a record completed already until its WAIT is answered.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
 	ts, err := formatTimes(now, expiresAt)
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
 	k, id := recordKey(s.prefix, scope, key)
-	args := []any{token, ts[0], ts[1], ttlMillis(now, expiresAt),
+	args := []any{token, ts[1], ttlMillis(now, expiresAt),
 		encodeResponseHead(&resp), resp.Body, s.channel, id}
 	return s.held(ctx, "complete", completeScript, k, args)
 }
@@ -369,16 +405,60 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	return nil
 }
 
-// Extend implements idem.Extender with one script call. Under
-// WithReplicas it is pipelined with WAIT, as Complete is.
+// Extend implements idem.Extender with one script call. Like Complete it
+// lands while the record is in progress and holds token, also past its
+// lease end. Under WithReplicas it is pipelined with WAIT, as Complete
+// is.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
 	ts, err := formatTimes(now, leaseEnd)
 	if err != nil {
 		return fmt.Errorf("redisstore: extend: %w", err)
 	}
-	args := []any{token, ts[0], ts[1], ttlMillis(now, leaseEnd)}
+	args := []any{token, ts[1], ttlMillis(now, leaseEnd)}
 	return s.held(ctx, "extend", extendScript, s.Key(scope, key), args)
 }
+
+// Evict implements idem.Evicter with one script call, which deletes the
+// record, in progress or completed, only while it holds token, and
+// notifies waiters. Like Release it does not wait for replicas.
+func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
+	k, id := recordKey(s.prefix, scope, key)
+	n, err := evictScript.Run(ctx, s.client, []string{k}, token, s.channel, id).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: evict: %w", err)
+	}
+	if n != 1 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Now implements idem.Clock: Redis's TIME, read by a script on the key
+// prefix + "clock" (never written), so that every engine sharing the
+// Store reads the same server: the one server, the Sentinel primary, or
+// on a Cluster the master that owns that key's slot (on a Ring, its
+// shard). One clock is all the engine needs: records hold the engine's
+// times, which the scripts compare with the now the engine passes in,
+// never with a server's clock, so the records on every shard are judged
+// on that one clock. The other masters' clocks only count the keys' TTLs
+// down, from when each write arrives, which their offset does not
+// change. After a failover the engine measures the new server's clock
+// within a minute.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	r, err := timeScript.Run(ctx, s.client, []string{s.prefix + "clock"}).Int64Slice()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redisstore: TIME: %w", err)
+	}
+	if len(r) != 2 {
+		return time.Time{}, fmt.Errorf("redisstore: TIME: %d values in the reply, want 2", len(r))
+	}
+	return time.Unix(r[0], r[1]*int64(time.Microsecond/time.Nanosecond)), nil
+}
+
+// FailoverTime implements idem.FailoverBound: how long a failover of the
+// deployment may take, as New found it (see New, WithSentinel and
+// WithFailoverTime); 0 when nothing fails over.
+func (s *Store) FailoverTime() time.Duration { return s.failover }
 
 // Get implements idem.Getter with one GET.
 func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {

@@ -87,9 +87,6 @@ func testStore(t *testing.T, newStore func(t *testing.T) *Store) {
 		s := newStore(t)
 		claim(t, s, "k", "fp", "old", base)
 		end := base.Add(lease)
-		if err := s.Complete(t.Context(), "scope", "k", "old", resp, end, end.Add(retention)); !errors.Is(err, idem.ErrLeaseLost) {
-			t.Fatalf("Complete at the lease end = %v, want ErrLeaseLost", err)
-		}
 		if res := claim(t, s, "k", "fp", "new", end); !res.Acquired {
 			t.Fatal("claim at the lease end was not acquired")
 		}
@@ -104,6 +101,45 @@ func testStore(t *testing.T, newStore func(t *testing.T) *Store) {
 		}
 		if err := s.Complete(t.Context(), "scope", "k", "new", resp, end, end.Add(retention)); err != nil {
 			t.Fatalf("Complete by the new owner: %v", err)
+		}
+		if err := s.Evict(t.Context(), "scope", "k", "old"); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Evict with the old token = %v, want ErrLeaseLost", err)
+		}
+	})
+
+	// A lease that ended while nobody took the key over still belongs to
+	// its token: a late Extend or Complete lands, to the nanosecond past
+	// the lease end and well after it, and the completed record keeps the
+	// token for Evict.
+	t.Run("LateCallsLand", func(t *testing.T) {
+		for _, late := range []time.Duration{0, time.Nanosecond, lease - time.Nanosecond} {
+			t.Run(late.String(), func(t *testing.T) {
+				s := newStore(t)
+				claim(t, s, "k", "fp", "tok", base)
+				end := base.Add(lease)
+				now := end.Add(late)
+				if err := s.Extend(t.Context(), "scope", "k", "tok", now, now.Add(lease)); err != nil {
+					t.Fatalf("Extend %v past the lease end: %v", late, err)
+				}
+				now = now.Add(lease + late)
+				if err := s.Complete(t.Context(), "scope", "k", "tok", resp, now, now.Add(retention)); err != nil {
+					t.Fatalf("Complete %v past the extended lease end: %v", late, err)
+				}
+				res := claim(t, s, "k", "fp", "tok2", now)
+				checkRecord(t, *res.Existing, idem.Record{
+					Fingerprint: "fp", State: idem.StateCompleted, Response: &resp,
+					CreatedAt: base, ExpiresAt: now.Add(retention),
+				})
+				if err := s.Evict(t.Context(), "scope", "k", "tok2"); !errors.Is(err, idem.ErrLeaseLost) {
+					t.Fatalf("Evict of the completed record with another token = %v, want ErrLeaseLost", err)
+				}
+				if err := s.Evict(t.Context(), "scope", "k", "tok"); err != nil {
+					t.Fatalf("Evict of the completed record with its token: %v", err)
+				}
+				if res := claim(t, s, "k", "fp", "tok3", now); !res.Acquired {
+					t.Fatal("claim after Evict not acquired")
+				}
+			})
 		}
 	})
 
@@ -193,8 +229,16 @@ func testStore(t *testing.T, newStore func(t *testing.T) *Store) {
 		if res := claim(t, s, "k", "fp", "tok2", base.Add(lease)); res.Acquired {
 			t.Fatal("claim at the old lease end acquired an extended claim")
 		}
-		if err := s.Extend(t.Context(), "scope", "k", "tok", newEnd, newEnd.Add(lease)); !errors.Is(err, idem.ErrLeaseLost) {
-			t.Fatalf("Extend at the lease end = %v, want ErrLeaseLost", err)
+		// At the lease end the claim is still its token's while nobody
+		// took it over.
+		if err := s.Extend(t.Context(), "scope", "k", "tok", newEnd, newEnd.Add(lease)); err != nil {
+			t.Fatalf("Extend at the lease end = %v, want it to land", err)
+		}
+		if res := claim(t, s, "k", "fp", "tok2", newEnd.Add(lease)); !res.Acquired {
+			t.Fatal("claim at the lease end was not acquired")
+		}
+		if err := s.Extend(t.Context(), "scope", "k", "tok", newEnd.Add(lease), newEnd.Add(2*lease)); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Extend after a takeover = %v, want ErrLeaseLost", err)
 		}
 	})
 
@@ -308,6 +352,11 @@ func testStore(t *testing.T, newStore func(t *testing.T) *Store) {
 			{"Delete", func(t *testing.T, key string) {
 				if ok, err := s.Delete(t.Context(), "scope", key); !ok || err != nil {
 					t.Fatal(ok, err)
+				}
+			}},
+			{"Evict", func(t *testing.T, key string) {
+				if err := s.Evict(t.Context(), "scope", key, "tok"); err != nil {
+					t.Fatal(err)
 				}
 			}},
 		}
