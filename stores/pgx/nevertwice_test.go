@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -505,6 +507,215 @@ func TestSerializationFailureReleases(t *testing.T) {
 			}
 			if released != 1 {
 				t.Errorf("%d requests released their key, want 1", released)
+			}
+		})
+	}
+}
+
+// TestHeldClaim: while an exactly-once transaction holds its claim, past
+// its lease end and past the time the sweeper would remove an abandoned
+// claim, nothing waits for its lock or writes its row: a claim gets the
+// in-progress record (a duplicate and a request with another body
+// alike), a waiter's mark is skipped, DeleteExpired keeps the row. The
+// commit then lands, and wakes this process's waiter of the key.
+func TestHeldClaim(t *testing.T) {
+	s := newStore(t, newPool(t, func(c *pgxpool.Config) { c.MaxConns = 4 })).ExactlyOnce()
+	ctx := t.Context()
+	listening(t, s.Store)
+	c := claimAt("k", "fp", "tok", t0, time.Minute)
+	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	tx, err := s.BeginTx(ctx, c.Scope, c.Key, c.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if h, ok := tx.(idem.ClaimHolder); !ok || !h.HoldsClaim() {
+		t.Fatal("the transaction does not hold its claim")
+	}
+	later := t0.Add(time.Hour) // past the lease end and a lease beyond
+	// Each step runs under a guard: a statement that waits for the
+	// transaction's lock would wait until it ends.
+	guard := func(name string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { defer close(done); f() }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s waited for the transaction's lock", name)
+		}
+	}
+	for _, fp := range []string{"fp", "other"} {
+		guard("Claim", func() {
+			res, err := s.Claim(ctx, claimAt("k", fp, "tok-"+fp, later, time.Minute))
+			if err != nil || res.Acquired || res.Existing.State != idem.StateInProgress || res.Existing.Fingerprint != "fp" {
+				t.Errorf("claim (fingerprint %s) = %+v, %v; want the held in-progress record", fp, res, err)
+			}
+		})
+	}
+	old := markTimeout
+	markTimeout = time.Hour // a mark that waited for the lock would hang the guard
+	defer func() { markTimeout = old }()
+	var (
+		wake <-chan struct{}
+		stop func()
+	)
+	guard("Watch", func() {
+		var err error
+		if wake, stop, err = s.Watch(ctx, c.Scope, c.Key); err != nil {
+			t.Error(err)
+		}
+	})
+	if stop == nil {
+		t.FailNow()
+	}
+	defer stop()
+	guard("DeleteExpired", func() {
+		if n, err := s.DeleteExpired(ctx, later); err != nil || n != 0 {
+			t.Errorf("DeleteExpired = %d, %v; want the held row kept", n, err)
+		}
+	})
+	var marked bool
+	if err := s.db.QueryRow(ctx, `SELECT waiters FROM `+quoted(s.table)+` WHERE key = 'k'`).Scan(&marked); err != nil || marked {
+		t.Fatalf("waiters = %v, %v; want the held row left unmarked", marked, err)
+	}
+	if closedNow(wake) {
+		t.Fatal("the watch fired before the commit")
+	}
+	if err := tx.Commit(ctx, idem.Response{Status: 201, Body: []byte("held")}, later, later.Add(time.Hour)); err != nil {
+		t.Fatalf("commit = %v", err)
+	}
+	if !closedNow(wake) {
+		t.Error("the commit did not wake this process's waiter")
+	}
+	res, err := s.Claim(ctx, claimAt("k", "fp", "after", later, time.Minute))
+	if err != nil || res.Acquired || res.Existing.State != idem.StateCompleted || string(res.Existing.Response.Body) != "held" {
+		t.Fatalf("claim after the commit = %+v, %v; want the replay", res, err)
+	}
+}
+
+// TestBeginTxRefusesReadOnly: a read-only transaction can neither lock the
+// record nor complete it; BeginTx says so, with ErrBadOption for
+// WithTxOptions, and explains default_transaction_read_only.
+func TestBeginTxRefusesReadOnly(t *testing.T) {
+	s := newStore(t, nil).ExactlyOnce()
+	ctx := t.Context()
+	c := claimAt("k", "fp", "tok", t0, time.Minute)
+	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	ro := s.WithTxOptions(pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if _, err := ro.BeginTx(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, ErrBadOption) {
+		t.Fatalf("BeginTx with a read-only transaction = %v, want ErrBadOption", err)
+	}
+	p := newPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on" })
+	s2, err := New(p, WithTable(s.Table()), WithSweepInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	_, err = s2.ExactlyOnce().BeginTx(ctx, c.Scope, c.Key, c.Token)
+	if err == nil || !strings.Contains(err.Error(), "default_transaction_read_only") {
+		t.Fatalf("BeginTx in a read-only session = %v", err)
+	}
+	t.Log(err)
+	// The claim is still held, and the pool is clean.
+	if tx, err := s.BeginTx(ctx, c.Scope, c.Key, c.Token); err != nil {
+		t.Fatal(err)
+	} else if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStatementsAtReadCommitted: when the session's default isolation is
+// stricter than READ COMMITTED, the first claim notices, and from then on
+// each statement of the store runs in a READ COMMITTED transaction of its
+// own, in one round trip; the exactly-once transaction keeps the default.
+func TestStatementsAtReadCommitted(t *testing.T) {
+	for _, level := range []string{"repeatable read", "serializable"} {
+		t.Run(level, func(t *testing.T) {
+			tr := &countingTracer{}
+			var writes atomic.Int64
+			p := newPool(t, func(c *pgxpool.Config) {
+				c.MaxConns = 1
+				c.ConnConfig.RuntimeParams["default_transaction_isolation"] = level
+				c.ConnConfig.Tracer = tr
+				c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+					conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+					return &writeCounter{Conn: conn, n: &writes}, err
+				}
+			})
+			s := newStore(t, p).ExactlyOnce()
+			ctx := t.Context()
+			var got string
+			if err := s.queryRow(ctx, "SELECT current_setting('transaction_isolation')", nil, &got); err != nil || got != level {
+				t.Fatalf("before the first claim the store's statements run at %q (%v), want the default %q", got, err, level)
+			}
+			c := claimAt("k", "fp", "tok", t0, time.Minute)
+			if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+				t.Fatal(res, err)
+			}
+			if !s.strict.Load() {
+				t.Fatal("the claim did not notice the stricter default")
+			}
+			if err := s.queryRow(ctx, "SELECT current_setting('transaction_isolation')", nil, &got); err != nil || got != "read committed" {
+				t.Fatalf("the store's statements run at %q (%v), want read committed", got, err)
+			}
+			// One round trip a statement, once prepared.
+			for _, key := range []string{"a", "b"} {
+				c := claimAt(key, "fp", "tok", t0, time.Minute)
+				w0 := writes.Load()
+				if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+					t.Fatal(res, err)
+				}
+				if n := writes.Load() - w0; key == "b" && n != 1 {
+					t.Errorf("a claim took %d round trips, want 1", n)
+				}
+				tx, err := s.BeginTx(ctx, c.Scope, c.Key, c.Token)
+				if err != nil {
+					t.Fatal(err)
+				}
+				htx, _ := Tx(tx.Context(ctx))
+				if err := htx.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&got); err != nil || got != level {
+					t.Fatalf("the handler's transaction runs at %q (%v), want the default %q", got, err, level)
+				}
+				if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+					t.Fatal(err)
+				}
+				w0 = writes.Load()
+				if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+					t.Fatalf("release of a completed record = %v", err)
+				}
+				if n := writes.Load() - w0; key == "b" && n != 1 {
+					t.Errorf("a release took %d round trips, want 1", n)
+				}
+			}
+			tr.take()
+			// Every statement, and the connection is clean after a failed one.
+			if _, err := s.exec(ctx, "SELECT 1/0"); err == nil {
+				t.Fatal("division by zero succeeded")
+			}
+			if err := s.Extend(ctx, c.Scope, c.Key, c.Token, t0, t0.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := s.Get(ctx, c.Scope, c.Key, t0); err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			if err := s.Evict(ctx, c.Scope, c.Key, c.Token); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := s.Delete(ctx, c.Scope, "a"); err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			if n, err := s.DeleteExpired(ctx, t0.Add(time.Hour)); err != nil || n != 1 {
+				t.Fatal(n, err)
+			}
+			if _, stop, err := s.Watch(ctx, c.Scope, "b"); err != nil {
+				t.Fatal(err)
+			} else {
+				stop()
 			}
 		})
 	}

@@ -78,7 +78,7 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 		// Tried again at once: after an outage the pool may hand out a
 		// connection that turns out dead, and drops it.
 		for range 3 {
-			if _, err = s.db.Exec(mctx, s.q.mark, []byte(scope), key); err == nil || mctx.Err() != nil {
+			if _, err = s.exec(mctx, s.q.mark, []byte(scope), key); err == nil || mctx.Err() != nil {
 				break
 			}
 		}
@@ -88,6 +88,20 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 		}
 	}
 	return w.ch, func() { l.remove(p, w) }, nil
+}
+
+// wakeLocal wakes this process's watchers of (scope, key), after a
+// statement of this Store ended the claim: a waiter in the same process is
+// then woken even when its mark was skipped (a live exactly-once
+// transaction held the row) or the record was never marked. Waiters in
+// other processes rely on the mark and the notification, or poll.
+func (s *Store) wakeLocal(scope, key string) {
+	s.lmu.Lock()
+	l := s.listener
+	s.lmu.Unlock()
+	if l != nil {
+		l.wake(payload(scope, key))
+	}
 }
 
 type watcher struct {
