@@ -720,3 +720,60 @@ func TestStatementsAtReadCommitted(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolExhausted: with every pooled connection held by a running
+// exactly-once request, a new request cannot claim: it answers 503 with
+// Retry-After once the store timeout has passed, claims nothing and runs
+// nothing, while the running request is unaffected and commits.
+func TestPoolExhausted(t *testing.T) {
+	p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	s := newStore(t, p).ExactlyOnce()
+	e, err := idem.New(s, idem.WithLogger(quietLog), idem.WithStoreTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	srv := httptest.NewServer(e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		if r.Header.Get("Idempotency-Key") == "first" {
+			close(running)
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+	})))
+	t.Cleanup(srv.Close)
+	post := func(key string) *http.Response {
+		req, _ := http.NewRequest("POST", srv.URL, nil)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	first := make(chan *http.Response, 1)
+	go func() { first <- post("first") }()
+	<-running
+	resp := post("second")
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a request with the pool exhausted: %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	close(release)
+	if resp := <-first; resp.StatusCode != http.StatusCreated {
+		t.Fatalf("the running request: %d, want 201", resp.StatusCode)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handlers ran %d times, want 1", n)
+	}
+	var keys []string
+	rows, _ := p.Query(t.Context(), `SELECT key FROM `+quoted(s.Table()))
+	if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(keys) != 1 || keys[0] != "first" {
+		t.Fatalf("records %q (%v), want only the first request's: the refused one claimed nothing", keys, err)
+	}
+	// Once the connection is back, the retry runs.
+	if resp := post("second"); resp.StatusCode != http.StatusCreated || runs.Load() != 2 {
+		t.Fatalf("retry: %d after %d runs", resp.StatusCode, runs.Load())
+	}
+}

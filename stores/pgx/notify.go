@@ -36,11 +36,15 @@ var (
 // LISTEN on the store's channel and fans notifications out to every
 // watcher in the process. Watch then marks the record as waited for (one
 // statement, only for a record in progress, only the first time, bounded
-// by ctx and a second); Complete, Release and Delete notify, in the same
-// statement that changes the row, only for a marked record, and PostgreSQL
-// delivers the notification when that statement commits. See markSQL for
-// why no wake-up is lost; a failed mark only costs one, and the engine
-// polls as well.
+// by ctx and a second); Complete, Release, Delete and Evict notify, in the
+// same statement that changes the row, only for a marked record, and
+// PostgreSQL delivers the notification when that statement commits. See
+// markSQL for why no wake-up is lost; a failed mark only costs one, and
+// the engine polls as well. A record that an exactly-once transaction
+// holds is not marked, without waiting for it: its waiters poll, and those
+// of the process whose Store commits it are woken in-process, as every
+// statement of a Store that ends a claim wakes that Store's own watchers
+// of the key.
 //
 // When the listener's connection breaks, every watcher is woken (so the
 // engine polls) and the listener reconnects with jittered exponential

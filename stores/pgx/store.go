@@ -366,7 +366,9 @@ func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem
 }
 
 // Delete implements idem.Deleter in one statement. It reports whether a
-// row was there, expired or not, and wakes watchers of the key.
+// row was there, expired or not, and wakes watchers of the key. A record
+// that an exactly-once transaction holds is deleted once that transaction
+// ends (the DELETE waits for its lock, within ctx).
 func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	var (
 		n   int64
