@@ -55,32 +55,37 @@
 //
 // # Round trips and locks
 //
-// Claim, Complete, Release, Get, Delete and Extend are one statement each,
-// committed on its own: no transaction and no row lock is held while a
-// handler runs. A first request costs two statements (claim, complete),
-// each a commit that waits for its WAL flush; in exactly-once mode the
-// claim, BEGIN, the handler's statements, the completion and COMMIT, with
-// one flush (see below). A replay, a 409 and a 422 cost one claim, which
-// reads the row and writes nothing (no row lock, no transaction id, no
-// WAL, no flush), so retries of a hot key never queue on its row.
+// Claim, Complete, Release, Get, Delete, Evict and Extend are one
+// statement each, committed on its own; in plain mode no transaction and
+// no row lock is held while a handler runs. A first request costs two
+// statements (claim, complete), each a commit that waits for its WAL
+// flush; in exactly-once mode the claim, BEGIN with the lock of the record
+// (one round trip), the handler's statements, the completion and COMMIT,
+// with one flush (see below). A replay, a 409 and a 422 cost one claim,
+// which reads the row and writes nothing (no row lock, no transaction id,
+// no WAL, no flush), so retries of a hot key never queue on its row.
 //
-// The claim is one statement with three data-modifying CTEs that share a
+// The claim is one statement with data-modifying CTEs that share a
 // snapshot:
 //
 //	WITH cur AS (SELECT ... WHERE scope = $1 AND key = $2),
 //	ins AS (INSERT ... SELECT ... WHERE NOT EXISTS (SELECT 1 FROM cur)
 //	        ON CONFLICT (scope, key) DO NOTHING RETURNING 1),
+//	free AS (SELECT 1 ... WHERE scope = $1 AND key = $2
+//	           AND EXISTS (SELECT 1 FROM cur WHERE <in progress, lease ended>)
+//	         FOR KEY SHARE SKIP LOCKED),
 //	upd AS (UPDATE ... WHERE scope = $1 AND key = $2
 //	          AND (expires_at <= $now OR (state = 1 AND lease_end <= $now))
 //	          AND EXISTS (SELECT 1 FROM cur WHERE <the same condition>)
+//	          AND (<cur is completed> OR EXISTS (SELECT 1 FROM free))
 //	        RETURNING 1)
-//	SELECT acquired, cur.* FROM (VALUES (1)) one LEFT JOIN cur ON true
+//	SELECT acquired, cur.*, held FROM (VALUES (1)) one LEFT JOIN cur ON true
 //
-// A live row only ever reaches cur: ins is cut off by a one-time filter,
-// and upd's scan is never run, so nothing is locked or written. This is
-// why the store does not use INSERT ... ON CONFLICT DO UPDATE ... WHERE,
-// which locks the conflicting row (a transaction id and a WAL record per
-// replay) even when its WHERE is false.
+// A live row only ever reaches cur: ins, free and upd are cut off by
+// one-time filters before they scan anything, so nothing is locked or
+// written. This is why the store does not use INSERT ... ON CONFLICT DO
+// UPDATE ... WHERE, which locks the conflicting row (a transaction id and
+// a WAL record per replay) even when its WHERE is false.
 //
 // Races are settled by PostgreSQL, and the loser learns the outcome by
 // running the statement once more on a fresh snapshot:
@@ -95,19 +100,40 @@
 //     still shows the old, takeable row, so Claim runs the statement again
 //     and returns the winner's record; had the row been deleted meanwhile,
 //     the second run inserts.
+//   - A claim of an in-progress row whose lease has ended while an
+//     exactly-once transaction still holds it (locked FOR UPDATE, see
+//     below): free skips the row at once (FOR KEY SHARE conflicts with FOR
+//     UPDATE only, not with the FOR NO KEY UPDATE of the short statements
+//     that change rows), upd does nothing, and held is true. Claim looks a
+//     second time and returns the in-progress record: the claim is alive,
+//     and nothing waits for the handler. A DELETE in flight (a late
+//     Release, Delete, Evict, or the sweeper's removal of a claim a lease
+//     past its end) also holds FOR UPDATE; the second look finds it
+//     committed, unless it is still running, when the claim answers with
+//     the record being deleted (a 409, or a 422 for another request)
+//     instead of waiting for the DELETE; the next try finds the key free.
 //
-// Claim thus never returns a record that was expired at its now, and at
-// most one caller holds a key at a time. Where the server's default
-// isolation is REPEATABLE READ or SERIALIZABLE, PostgreSQL reports these
-// races as serialization failures instead; every statement of the store
-// commits on its own, so it simply runs again.
+// Claim thus never returns a record that was expired at its now (but
+// for such a held claim), never takes over a claim a live transaction
+// holds, and at most one caller
+// holds a key at a time.
 //
-// # Time
+// # Isolation
 //
-// Every comparison uses the engine's now, passed as a parameter; the
-// server's clock is never read. PostgreSQL keeps microseconds: the
-// engine's now is rounded down and the deadlines it sets are rounded up to
-// the microsecond, so every method judges a deadline the same way.
+// The store's statements are written for READ COMMITTED, where a statement
+// that meets a row changed by a concurrent writer re-checks the newest
+// version. Where the session's default isolation is stricter
+// (default_transaction_isolation set for the server, the database or the
+// role, or by the application for its connections), the first claim
+// notices, and from then on each statement of the store runs in a READ
+// COMMITTED transaction of its own: BEGIN, the statement and COMMIT in one
+// batch, still one round trip (on a pgx.Tx, where that is impossible,
+// statements run at the outer transaction's level, and a serialization
+// failure, SQLSTATE 40001, runs them again). So the store's reads never
+// take part in the predicate locking of SERIALIZABLE transactions: a
+// waiter polling a record cannot make the handler that is about to
+// complete it fail. The exactly-once transaction itself runs at the
+// level asked for (WithTxOptions) or the session's default.
 //
 // # Notifications
 //
@@ -125,6 +151,14 @@
 // looks at the record again after Watch returns, so no wake-up is lost:
 // see markSQL.
 //
+// A record that an exactly-once transaction holds is not marked (the mark
+// would wait for the handler, and the completion, bound to its snapshot,
+// could not see it): waiters in other processes poll it, with the
+// engine's backoff (up to half a second), and those in the process whose
+// transaction commits are woken in-process. Every statement of a Store
+// that ends a claim (Complete, a transaction's commit, Release, Delete,
+// Evict) also wakes that Store's own waiters of the key directly.
+//
 // One listener connection per Store (taken from the pool and hijacked, so
 // it does not count against MaxConns) fans notifications out in-process.
 // If it drops, waiters are woken to poll and it reconnects with backoff;
@@ -140,18 +174,49 @@
 // through Tx(r.Context()) (with Gin, Tx(c.Request.Context()); with Echo,
 // Tx(c.Request().Context())), and the completed record is written in the
 // same transaction, by the same token-checked update as Complete, and
-// committed before the response is sent. A request whose lease ran out and
-// was taken over never commits its writes. When the commit happens (a
+// committed before the response is sent. When the commit happens (a
 // streaming response commits when it starts) is the engine's rule: see
 // "Exactly-once" in package idem.
 //
-// Each request in flight holds one pooled connection from BeginTx to the
-// commit or rollback, and the rows it writes stay locked until then. Size
-// the pool for the requests in flight and do every query of the handler
-// through the transaction: a handler that also takes a second connection
-// from the same pool can deadlock once the pool is exhausted. Use a
-// *pgxpool.Pool as the DB; on a pgx.Tx, BeginTx makes a savepoint and
-// nothing commits until the outer transaction does.
+// The transaction's first statement locks the record's row FOR UPDATE,
+// with the token check (sent with BEGIN, one round trip; a claim taken
+// over meanwhile fails BeginTx with idem.ErrLeaseLost and the handler
+// never runs), and the lock lasts until COMMIT or ROLLBACK. So the
+// transaction holds the claim by itself (idem.ClaimHolder): the engine
+// sends no heartbeat for it, a duplicate past the lease end gets the
+// in-progress record at once instead of taking the key over or waiting,
+// waiters do not write the row, and the sweeper skips it. Nothing but the
+// transaction writes the record while it lives, so its completion never
+// meets a row version newer than its snapshot: READ COMMITTED, REPEATABLE
+// READ and SERIALIZABLE all work, set with WithTxOptions or inherited from
+// default_transaction_isolation, and the snapshot, taken by the lock,
+// always sees the claim. A crash of the application ends the transaction
+// and the lock with the connection; the key is free again at the claim's
+// lease end, which no heartbeat moved. A serialization failure of the
+// handler's own statements, or at COMMIT, is a failed commit: the engine
+// answers 500 and releases the key, and the retry runs again. A
+// read-only transaction (WithTxOptions with pgx.ReadOnly, or
+// default_transaction_read_only) cannot hold the claim: BeginTx refuses
+// it with an error that says so.
+//
+// Pool sizing: each request in flight holds at most one pooled
+// connection at a time. A request that runs its handler holds one from
+// BeginTx to the commit or rollback (its claim before and a release after
+// take one briefly, never while it holds the transaction's); a duplicate,
+// waiting or not, takes one briefly per claim or poll. No heartbeat needs
+// one, and the listener's is hijacked from the pool and does not count.
+// So MaxConns at least the requests in flight (first requests and
+// duplicates alike) is enough; the sweeper and the engine's clock
+// measurement take one for a moment now and then. When the pool is
+// exhausted, a new request waits for a connection for its claim, or for
+// BeginTx, up to the engine's store timeout and then answers 503 with
+// Retry-After, having claimed nothing or released its claim: its handler
+// never runs without the transaction. The requests already running are
+// not affected: they need no further connection until they commit. Do
+// every query of the handler through the transaction: a handler that
+// takes a second connection from the same pool can deadlock once the pool
+// is exhausted. Use a *pgxpool.Pool as the DB; on a pgx.Tx, BeginTx makes
+// a savepoint and nothing commits until the outer transaction does.
 //
 // Handlers never run transaction control (BEGIN, COMMIT, ROLLBACK) as
 // SQL; use tx.Begin for savepoints. A transaction ended by such a
@@ -177,9 +242,11 @@
 // an unflushed claim within about three wal_writer_delay (600 ms by
 // default) anyway. With synchronous replication the transaction's commit
 // waits for the standby to have all WAL up to it, the claim's included.
-// The heartbeat's lease extensions skip the flush for the same reason (a
-// crash that loses one ends the handler's transaction too); plain mode
-// keeps both durable, since there a handler may outlive a server crash.
+// The heartbeat's lease extensions, which the engine sends only for a
+// transaction that does not hold its claim (a user's own TxBeginner
+// wrapper, say), skip the flush for the same reason (a crash that loses
+// one ends the handler's transaction too); plain mode keeps both durable,
+// since there a handler may outlive a server crash.
 // What exactly-once mode does not cover, claim durable or not, is a side
 // effect outside the database (a call to a payment provider, a message
 // sent): after a crash before the commit, the retry runs the handler
@@ -195,7 +262,12 @@
 // # Expiry
 //
 // Expired records are never replayed, and a claim takes an expired row
-// over in place. To reclaim space, a background sweeper runs by default
+// over in place. A completed record can be deleted from its expiry on; an
+// in-progress one is kept a lease longer, until lease end + (lease end -
+// creation), so that a late Complete, Extend or Release still finds it,
+// and a row an exactly-once transaction holds is kept for as long as it
+// lives (the sweeper leaves it alone, without waiting for it).
+// To reclaim space, a background sweeper runs by default
 // every 10 seconds on a pool (WithSweepInterval changes it, 0 turns it
 // off), so a table of keys that are never retried does not grow forever.
 // There is no index on expires_at (it would make completions non-HOT):

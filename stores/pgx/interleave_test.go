@@ -110,37 +110,63 @@ func TestClaimLosesTakeoverRace(t *testing.T) {
 	}
 }
 
-// A takeover racing with a delete: the row the snapshot showed is gone
-// when the UPDATE gets to it, and the re-run inserts.
+// A takeover racing with a delete of a completed, expired record: the
+// row the snapshot showed is gone when the UPDATE gets to it, and the
+// re-run inserts. An abandoned in-progress record being deleted is
+// locked FOR UPDATE like a claim a live exactly-once transaction holds:
+// the claim cannot tell them apart, and answers with the record at once
+// rather than wait (see claimSQL); once the DELETE has committed, the
+// next claim inserts.
 func TestClaimTakeoverRacesDelete(t *testing.T) {
-	s := newStore(t, nil)
-	ctx := t.Context()
-	c := claimAt("k", "fp", "old", t0, time.Minute)
-	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
-		t.Fatal(res, err)
-	}
-	later := t0.Add(time.Hour)
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `DELETE FROM `+quoted(s.table)+` WHERE scope = $1 AND key = $2`, []byte(c.Scope), c.Key); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan idem.ClaimResult, 1)
-	go func() {
-		res, err := s.Claim(ctx, claimAt("k", "fp", "mine", later, time.Minute))
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
-	waitBlocked(t, s)
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if res := <-done; !res.Acquired {
-		t.Fatalf("claim = %+v; want acquired", res)
+	for _, completed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "completed", false: "in progress"}[completed], func(t *testing.T) {
+			s := newStore(t, nil)
+			ctx := t.Context()
+			c := claimAt("k", "fp", "old", t0, time.Minute)
+			if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+				t.Fatal(res, err)
+			}
+			if completed {
+				if err := s.Complete(ctx, c.Scope, c.Key, c.Token, idem.Response{Status: 200}, t0, t0.Add(time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			later := t0.Add(time.Hour)
+			tx, err := s.db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.Background())
+			if _, err := tx.Exec(ctx, `DELETE FROM `+quoted(s.table)+` WHERE scope = $1 AND key = $2`, []byte(c.Scope), c.Key); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan idem.ClaimResult, 1)
+			go func() {
+				res, err := s.Claim(ctx, claimAt("k", "fp", "mine", later, time.Minute))
+				if err != nil {
+					t.Error(err)
+				}
+				done <- res
+			}()
+			if !completed {
+				if res := <-done; res.Acquired || res.Existing == nil || res.Existing.State != idem.StateInProgress {
+					t.Fatalf("claim during the DELETE = %+v; want the in-progress record", res)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if res, err := s.Claim(ctx, claimAt("k", "fp", "mine", later, time.Minute)); err != nil || !res.Acquired {
+					t.Fatalf("claim after the DELETE = %+v, %v; want acquired", res, err)
+				}
+				return
+			}
+			waitBlocked(t, s)
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if res := <-done; !res.Acquired {
+				t.Fatalf("claim = %+v; want acquired", res)
+			}
+		})
 	}
 }

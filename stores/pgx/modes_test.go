@@ -14,7 +14,9 @@ import (
 )
 
 // Every statement works in each of pgx's query exec modes, including the
-// simple protocol that PgBouncer in transaction mode needs.
+// simple protocol that PgBouncer in transaction mode needs, also where the
+// session defaults to SERIALIZABLE and the store sends its statements in
+// READ COMMITTED batches.
 func TestQueryExecModes(t *testing.T) {
 	for _, mode := range []pgx.QueryExecMode{
 		pgx.QueryExecModeCacheStatement,
@@ -23,52 +25,69 @@ func TestQueryExecModes(t *testing.T) {
 		pgx.QueryExecModeExec,
 		pgx.QueryExecModeSimpleProtocol,
 	} {
-		t.Run(mode.String(), func(t *testing.T) {
-			p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 1; c.ConnConfig.DefaultQueryExecMode = mode })
-			s := newStore(t, p)
-			ctx := t.Context()
-			c := idem.Claim{Scope: "4:acme4:POST7:/o/{id}", Key: "k", Fingerprint: "\x00f\xff", Token: "t\x00", Now: t0, LeaseEnd: t0.Add(time.Minute)}
-			if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
-				t.Fatal(res, err)
+		for _, level := range []string{"", "serializable"} {
+			name := mode.String()
+			if level != "" {
+				name += "/" + level
 			}
-			if err := s.Extend(ctx, c.Scope, c.Key, c.Token, t0, t0.Add(2*time.Minute)); err != nil {
-				t.Fatal(err)
-			}
-			resp := idem.Response{Status: 201, Header: http.Header{"A": {"1", "\xff"}}, Body: []byte{0, 1, 2, '\\', 'x'}}
-			if err := s.Complete(ctx, c.Scope, c.Key, c.Token, resp, t0, t0.Add(time.Hour)); err != nil {
-				t.Fatal(err)
-			}
-			res, err := s.Claim(ctx, c)
-			if err != nil || res.Acquired || !reflect.DeepEqual(*res.Existing.Response, resp) || res.Existing.Fingerprint != c.Fingerprint {
-				t.Fatalf("replay = %+v %v", res.Existing, err)
-			}
-			if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
-				t.Fatal(err)
-			}
-			if n, err := s.DeleteExpired(ctx, t0.Add(time.Hour)); err != nil || n != 1 {
-				t.Fatal(n, err)
-			}
-			if ok, err := s.Delete(ctx, c.Scope, c.Key); err != nil || ok {
-				t.Fatal(ok, err)
-			}
-			eo := s.ExactlyOnce()
-			if res, err := eo.Claim(ctx, c); err != nil || !res.Acquired {
-				t.Fatal(res, err)
-			}
-			// The claim turned synchronous_commit off for its own
-			// transaction only (the pool has one connection here).
-			var sc string
-			if err := p.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil || sc != "on" {
-				t.Fatalf("synchronous_commit after an exactly-once claim = %q, %v", sc, err)
-			}
-			tx, err := eo.BeginTx(ctx, c.Scope, c.Key, c.Token)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Commit(ctx, resp, t0, t0.Add(time.Hour)); err != nil {
-				t.Fatal(err)
-			}
-		})
+			t.Run(name, func(t *testing.T) { testQueryExecMode(t, mode, level) })
+		}
+	}
+}
+
+func testQueryExecMode(t *testing.T, mode pgx.QueryExecMode, level string) {
+	p := newPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.DefaultQueryExecMode = mode
+		if level != "" {
+			c.ConnConfig.RuntimeParams["default_transaction_isolation"] = level
+		}
+	})
+	s := newStore(t, p)
+	ctx := t.Context()
+	c := idem.Claim{Scope: "4:acme4:POST7:/o/{id}", Key: "k", Fingerprint: "\x00f\xff", Token: "t\x00", Now: t0, LeaseEnd: t0.Add(time.Minute)}
+	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	if err := s.Extend(ctx, c.Scope, c.Key, c.Token, t0, t0.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	resp := idem.Response{Status: 201, Header: http.Header{"A": {"1", "\xff"}}, Body: []byte{0, 1, 2, '\\', 'x'}}
+	if err := s.Complete(ctx, c.Scope, c.Key, c.Token, resp, t0, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Claim(ctx, c)
+	if err != nil || res.Acquired || !reflect.DeepEqual(*res.Existing.Response, resp) || res.Existing.Fingerprint != c.Fingerprint {
+		t.Fatalf("replay = %+v %v", res.Existing, err)
+	}
+	if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatal(err)
+	}
+	if n, err := s.DeleteExpired(ctx, t0.Add(time.Hour)); err != nil || n != 1 {
+		t.Fatal(n, err)
+	}
+	if ok, err := s.Delete(ctx, c.Scope, c.Key); err != nil || ok {
+		t.Fatal(ok, err)
+	}
+	eo := s.ExactlyOnce()
+	if res, err := eo.Claim(ctx, c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	// The claim turned synchronous_commit off for its own
+	// transaction only (the pool has one connection here).
+	var sc string
+	if err := p.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil || sc != "on" {
+		t.Fatalf("synchronous_commit after an exactly-once claim = %q, %v", sc, err)
+	}
+	tx, err := eo.BeginTx(ctx, c.Scope, c.Key, c.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx, resp, t0, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if s.strict.Load() != (level != "") {
+		t.Errorf("statements in READ COMMITTED batches: %v, want %v", s.strict.Load(), level != "")
 	}
 }
 

@@ -36,11 +36,15 @@ var (
 // LISTEN on the store's channel and fans notifications out to every
 // watcher in the process. Watch then marks the record as waited for (one
 // statement, only for a record in progress, only the first time, bounded
-// by ctx and a second); Complete, Release and Delete notify, in the same
-// statement that changes the row, only for a marked record, and PostgreSQL
-// delivers the notification when that statement commits. See markSQL for
-// why no wake-up is lost; a failed mark only costs one, and the engine
-// polls as well.
+// by ctx and a second); Complete, Release, Delete and Evict notify, in the
+// same statement that changes the row, only for a marked record, and
+// PostgreSQL delivers the notification when that statement commits. See
+// markSQL for why no wake-up is lost; a failed mark only costs one, and
+// the engine polls as well. A record that an exactly-once transaction
+// holds is not marked, without waiting for it: its waiters poll, and those
+// of the process whose Store commits it are woken in-process, as every
+// statement of a Store that ends a claim wakes that Store's own watchers
+// of the key.
 //
 // When the listener's connection breaks, every watcher is woken (so the
 // engine polls) and the listener reconnects with jittered exponential
@@ -78,7 +82,7 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 		// Tried again at once: after an outage the pool may hand out a
 		// connection that turns out dead, and drops it.
 		for range 3 {
-			if _, err = s.db.Exec(mctx, s.q.mark, []byte(scope), key); err == nil || mctx.Err() != nil {
+			if _, err = s.exec(mctx, s.q.mark, []byte(scope), key); err == nil || mctx.Err() != nil {
 				break
 			}
 		}
@@ -88,6 +92,20 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 		}
 	}
 	return w.ch, func() { l.remove(p, w) }, nil
+}
+
+// wakeLocal wakes this process's watchers of (scope, key), after a
+// statement of this Store ended the claim: a waiter in the same process is
+// then woken even when its mark was skipped (a live exactly-once
+// transaction held the row) or the record was never marked. Waiters in
+// other processes rely on the mark and the notification, or poll.
+func (s *Store) wakeLocal(scope, key string) {
+	s.lmu.Lock()
+	l := s.listener
+	s.lmu.Unlock()
+	if l != nil {
+		l.wake(payload(scope, key))
+	}
 }
 
 type watcher struct {

@@ -133,29 +133,49 @@ func (w *writeCounter) Write(b []byte) (int, error) {
 	return w.Conn.Write(b)
 }
 
-// TestStatementsExactlyOnce: BeginTx is one statement (BEGIN), Commit two
-// (the completion and COMMIT).
+// TestStatementsExactlyOnce: BeginTx is one round trip (BEGIN and the
+// lock of the record, in one batch), Commit two (the completion and
+// COMMIT).
 func TestStatementsExactlyOnce(t *testing.T) {
 	tr := &countingTracer{}
-	p := newPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tr })
+	var writes atomic.Int64
+	p := newPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.Tracer = tr
+		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			return &writeCounter{Conn: conn, n: &writes}, err
+		}
+	})
 	s := newStore(t, p).ExactlyOnce()
 	ctx := t.Context()
-	c := claimAt("a", "fp", "t", t0, time.Minute)
-	if _, err := s.Claim(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	tr.take()
-	tx, err := s.BeginTx(ctx, c.Scope, c.Key, c.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := tr.take(); len(got) != 1 {
-		t.Errorf("BeginTx ran %q", got)
-	}
-	if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if got := tr.take(); len(got) != 2 {
-		t.Errorf("Commit ran %q", got)
+	// The first pass prepares the statements on the connection.
+	for _, key := range []string{"a", "b"} {
+		c := claimAt(key, "fp", "t", t0, time.Minute)
+		if _, err := s.Claim(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		tr.take()
+		w0 := writes.Load()
+		tx, err := s.BeginTx(ctx, c.Scope, c.Key, c.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := writes.Load() - w0; key == "b" && n != 1 {
+			t.Errorf("BeginTx took %d round trips, want 1", n)
+		}
+		if got := tr.take(); len(got) != 0 {
+			t.Errorf("BeginTx ran %q outside its batch", got)
+		}
+		w0 = writes.Load()
+		if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.take(); len(got) != 2 {
+			t.Errorf("Commit ran %q", got)
+		}
+		if n := writes.Load() - w0; key == "b" && n != 2 {
+			t.Errorf("Commit took %d round trips, want 2", n)
+		}
 	}
 }

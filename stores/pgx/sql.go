@@ -23,6 +23,10 @@ type queries struct {
 	deleteExpired  string
 	extend         string
 	extendNoSync   string // extend, committed without waiting for its WAL flush
+	evict          string
+	evictNotify    string
+	lock           string // the exactly-once transaction's first statement
+	clock          string
 }
 
 // recordCols are the columns every read returns, in scan order.
@@ -35,26 +39,40 @@ const recordCols = `fingerprint, state, status, headers, body, body_omitted, cre
 // All CTEs run on one snapshot:
 //
 //   - cur reads the row as the snapshot sees it. It is the only thing a
-//     replay, a 409 or a 422 executes: ins is skipped by its WHERE, and upd
-//     filters the live row out before the update node sees it, so no row
-//     lock, no transaction id and no WAL.
+//     replay, a 409 or a 422 executes: ins is skipped by its WHERE, and
+//     free and upd are cut off by one-time filters on cur before they scan
+//     anything, so no row lock, no transaction id and no WAL.
 //   - ins inserts when the snapshot has no row. ON CONFLICT DO NOTHING
 //     covers a concurrent inserter that committed after the snapshot; this
 //     statement then acquires nothing and sees no row, and the caller runs
 //     it again on a fresh snapshot.
-//   - upd takes over a row the snapshot shows expired or abandoned. Its own
-//     WHERE repeats the condition on the table's columns, so under READ
-//     COMMITTED PostgreSQL re-checks it against the newest row version after
-//     waiting for a concurrent writer's lock: of two takers only one
-//     updates. The loser acquires nothing while cur still shows the old,
-//     takeable row, and the caller runs the statement again. Taking over an
-//     abandoned claim keeps its waiter mark (its waiters still wait, now
-//     for the new claim); a completed row's marks are spent.
+//   - free runs only for an in-progress row whose lease has ended: it asks
+//     whether a live transaction holds the claim (see lockSQL). Such a
+//     transaction locks the row FOR UPDATE, the one lock FOR KEY SHARE
+//     conflicts with, so SKIP LOCKED returns nothing for a held row, at
+//     once, while the short statements that change rows (a concurrent
+//     takeover, a completion, a mark, a heartbeat: FOR NO KEY UPDATE) let
+//     it through. A DELETE in flight also takes FOR UPDATE; see held below.
+//   - upd takes over a row the snapshot shows expired or abandoned, unless
+//     free found it held. Its own WHERE repeats the condition on the
+//     table's columns, so under READ COMMITTED PostgreSQL re-checks it
+//     against the newest row version after waiting for a concurrent
+//     writer's lock: of two takers only one updates. The loser acquires
+//     nothing while cur still shows the old, takeable row, and the caller
+//     runs the statement again. Taking over an abandoned claim keeps its
+//     waiter mark (its waiters still wait, now for the new claim); a
+//     completed row's marks are spent.
 //
 // The final SELECT always returns one row: acquired, then found and the
-// record from cur. {{one}} is the one-row VALUES it selects from; for
-// exactly-once mode it also switches synchronous_commit off for this
-// statement's own transaction (see claimNoSyncValues).
+// record from cur, then held: the row is in progress, its lease has ended,
+// and a transaction holds it (free skipped it), so the claim is still
+// alive. The caller looks once more before it answers with the held
+// record, so that a DELETE that was in flight has committed. Last comes
+// whether the statement ran at another isolation level than READ
+// COMMITTED (the session's default; see Store.readCommitted). {{one}} is
+// the one-row VALUES it selects from; for exactly-once mode it also
+// switches synchronous_commit off for this statement's own transaction
+// (see claimNoSyncValues).
 const claimSQL = `WITH cur AS (
     SELECT ` + recordCols + `
     FROM {{t}} WHERE scope = $1::bytea AND key = $2::text
@@ -64,6 +82,10 @@ const claimSQL = `WITH cur AS (
     WHERE NOT EXISTS (SELECT 1 FROM cur)
     ON CONFLICT (scope, key) DO NOTHING
     RETURNING 1
+), free AS (
+    SELECT 1 FROM {{t}} WHERE scope = $1::bytea AND key = $2::text
+      AND EXISTS (SELECT 1 FROM cur WHERE cur.state = 1 AND cur.lease_end <= $5::timestamptz)
+    FOR KEY SHARE SKIP LOCKED
 ), upd AS (
     UPDATE {{t}} SET fingerprint = $3::bytea, token = $4::bytea, state = 1, status = NULL,
         headers = NULL, body = NULL, body_omitted = false, created_at = $5::timestamptz,
@@ -72,11 +94,14 @@ const claimSQL = `WITH cur AS (
       AND (expires_at <= $5::timestamptz OR (state = 1 AND lease_end <= $5::timestamptz))
       AND EXISTS (SELECT 1 FROM cur
                   WHERE cur.expires_at <= $5::timestamptz OR (cur.state = 1 AND cur.lease_end <= $5::timestamptz))
+      AND (NOT EXISTS (SELECT 1 FROM cur WHERE cur.state = 1) OR EXISTS (SELECT 1 FROM free))
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM upd),
        cur.state IS NOT NULL, cur.fingerprint, cur.state, cur.status, cur.headers, cur.body,
-       cur.body_omitted, cur.created_at, cur.lease_end, cur.expires_at
+       cur.body_omitted, cur.created_at, cur.lease_end, cur.expires_at,
+       CASE WHEN cur.state = 1 AND cur.lease_end <= $5::timestamptz THEN NOT EXISTS (SELECT 1 FROM free) ELSE false END,
+       current_setting('transaction_isolation') <> 'read committed'
 FROM {{one}} AS one (x) LEFT JOIN cur ON true`
 
 // claimValues and claimNoSyncValues fill {{one}} in claimSQL. The second
@@ -92,14 +117,15 @@ const (
 )
 
 // completeSQL: $1 scope, $2 key, $3 token, $4 status, $5 headers, $6 body,
-// $7 body omitted, $8 now, $9 expires at. It changes no column of the
-// primary key, so it is a HOT update whenever the page has room. The
-// statements that end a claim are sent with Exec: the command tag tells
-// how many rows changed.
+// $7 body omitted, $8 expires at. It changes no column of the primary key,
+// so it is a HOT update whenever the page has room. It does not look at
+// the lease: a claim whose lease ended still belongs to its token until
+// another claim takes the key over, which changes the token. The token
+// stays, for Evict. The statements that end a claim are sent with Exec:
+// the command tag tells how many rows changed.
 const completeSQL = `UPDATE {{t}} SET state = 2, status = $4::integer, headers = $5::bytea, body = $6::bytea,
-    body_omitted = $7::boolean, lease_end = NULL, expires_at = $9::timestamptz
-WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1
-  AND lease_end > $8::timestamptz`
+    body_omitted = $7::boolean, lease_end = NULL, expires_at = $8::timestamptz
+WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1`
 
 // releaseSQL: $1 scope, $2 key, $3 token.
 const releaseSQL = `DELETE FROM {{t}}
@@ -107,6 +133,10 @@ WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1`
 
 // deleteSQL: $1 scope, $2 key.
 const deleteSQL = `DELETE FROM {{t}} WHERE scope = $1::bytea AND key = $2::text`
+
+// evictSQL deletes the record a claim wrote, in either state, while it
+// holds the claim's token: $1 scope, $2 key, $3 token.
+const evictSQL = `DELETE FROM {{t}} WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea`
 
 // notifying adds to a statement that ends a claim a call of
 // pg_notify(chanParam) for the row it changed, in the same statement, made
@@ -123,46 +153,99 @@ RETURNING CASE WHEN waiters THEN pg_notify(` + chanParam + `) END`
 
 // markSQL sets the waiter mark of an in-progress record, so that the
 // statement that ends the claim notifies: $1 scope, $2 key. A row already
-// marked is filtered out before it is locked, so only the first waiter of
-// a claim writes. The mark commits without waiting for its WAL flush: a
-// mark lost in a crash only costs a wake-up, and the server's connections
-// (the listener's among them) drop in a crash anyway, which wakes every
-// waiter. The one-row subquery runs set_config for a row that is updated;
-// nothing is written, and nothing needs flushing, otherwise.
+// marked is filtered out before anything is locked, so only the first
+// waiter of a claim writes. The mark commits without waiting for its WAL
+// flush: a mark lost in a crash only costs a wake-up, and the server's
+// connections (the listener's among them) drop in a crash anyway, which
+// wakes every waiter. The one-row subquery runs set_config for a row that
+// is updated; nothing is written, and nothing needs flushing, otherwise.
+//
+// A row that a live exactly-once transaction holds (locked FOR UPDATE, see
+// lockSQL) is not marked: free skips it at once, where the UPDATE would
+// wait for the handler to finish. That transaction's own completion cannot
+// see a mark made after its snapshot anyway. Its waiters poll, or are
+// woken in-process when the transaction commits through this Store (see
+// Store.wakeLocal).
 //
 // Races with the statement that ends the claim are settled by the row
-// lock both take: if the mark commits first, the ending statement (under
-// READ COMMITTED, re-reading the newest row version after waiting for the
-// lock) returns waiters = true and notifies; if the claim ends first, the
-// mark finds no in-progress row and the waiter's next look at the record
-// (the engine always looks after Watch returns) sees the outcome.
-const markSQL = `UPDATE {{t}} SET waiters = true` + noSyncFrom + `
-WHERE scope = $1::bytea AND key = $2::text AND state = 1 AND NOT waiters`
+// lock both take (free's FOR KEY SHARE does not conflict with the
+// completion's FOR NO KEY UPDATE, so the UPDATE below waits for it): if
+// the mark commits first, the ending statement (under READ COMMITTED,
+// re-reading the newest row version after waiting for the lock) returns
+// waiters = true and notifies; if the claim ends first, the mark finds no
+// in-progress row and the waiter's next look at the record (the engine
+// always looks after Watch returns) sees the outcome.
+const markSQL = `WITH cur AS (
+    SELECT 1 FROM {{t}} WHERE scope = $1::bytea AND key = $2::text AND state = 1 AND NOT waiters
+), free AS (
+    SELECT 1 FROM {{t}} WHERE scope = $1::bytea AND key = $2::text AND EXISTS (SELECT 1 FROM cur)
+    FOR KEY SHARE SKIP LOCKED
+)
+UPDATE {{t}} SET waiters = true` + noSyncFrom + `
+WHERE scope = $1::bytea AND key = $2::text AND state = 1 AND NOT waiters
+  AND EXISTS (SELECT 1 FROM free)`
 
 // getSQL: $1 scope, $2 key, $3 now.
 const getSQL = `SELECT ` + recordCols + ` FROM {{t}}
 WHERE scope = $1::bytea AND key = $2::text AND expires_at > $3::timestamptz`
 
-// deleteExpiredSQL deletes the rows that have expired at $3 in the table's
+// deleteExpiredSQL deletes the rows that can go at $3 in the table's
 // pages $1 up to $2 (TIDs (page, 0)), and returns how many it deleted and
 // how many pages the table has; $4 is the quoted table name. PostgreSQL
-// reads just those pages (a TID range scan). A row a claim takes over
-// meanwhile is left alone: under READ COMMITTED the DELETE waits for the
-// claim's row lock, then re-checks expires_at against the new row version.
-// There is no index on expires_at: a completion that changed an indexed
-// column could not be a HOT update.
+// reads just those pages (TID range scans). A completed row goes at its
+// expiry; an in-progress one a lease later, at lease_end + (lease_end -
+// created_at), so that a late Complete, Extend or Release still finds it
+// (Claim takes it over from its lease end on all the same).
+//
+// Such an in-progress row may still be the claim of a live exactly-once
+// transaction (a handler that outlasted two leases), which holds it
+// locked FOR UPDATE: the hashed subquery locks the in-progress candidates
+// FOR KEY SHARE SKIP LOCKED first, so a held row is left alone without
+// waiting for its transaction, and only the rows it locked are deleted. It
+// runs only when the range holds such a row, and those are rare (crashed
+// requests), so the sweep of completed rows, the bulk, writes nothing but
+// the deletions. A row a claim took over meanwhile is left alone: under
+// READ COMMITTED the DELETE waits for the claim's row lock, then re-checks
+// the condition against the new row version. There is no index on
+// expires_at: a completion that changed an indexed column could not be a
+// HOT update.
 const deleteExpiredSQL = `WITH gone AS (
     DELETE FROM {{t}}
-    WHERE ctid >= $1::tid AND ctid < $2::tid AND expires_at <= $3::timestamptz
+    WHERE ctid >= $1::tid AND ctid < $2::tid
+      AND ((state = 2 AND expires_at <= $3::timestamptz)
+           OR (state = 1 AND lease_end + (lease_end - created_at) <= $3::timestamptz
+               AND ctid IN (SELECT ctid FROM {{t}}
+                            WHERE ctid >= $1::tid AND ctid < $2::tid
+                              AND state = 1 AND lease_end + (lease_end - created_at) <= $3::timestamptz
+                            FOR KEY SHARE SKIP LOCKED)))
     RETURNING 1)
 SELECT (SELECT count(*) FROM gone), pg_relation_size($4::text::regclass) / current_setting('block_size')::bigint`
 
-// extendSQL: $1 scope, $2 key, $3 token, $4 now, $5 new lease end.
-// {{nosync}} is empty, or for exactly-once mode the one-row subquery of
-// markSQL, so that the heartbeat's commit does not wait for its flush.
-const extendSQL = `UPDATE {{t}} SET lease_end = $5::timestamptz, expires_at = $5::timestamptz{{nosync}}
+// extendSQL: $1 scope, $2 key, $3 token, $4 new lease end. Like
+// completeSQL it does not look at the lease: a claim nobody took over is
+// still its token's. {{nosync}} is empty, or for exactly-once mode the
+// one-row subquery of markSQL, so that the heartbeat's commit does not
+// wait for its flush.
+const extendSQL = `UPDATE {{t}} SET lease_end = $4::timestamptz, expires_at = $4::timestamptz{{nosync}}
+WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1`
+
+// lockSQL is the first statement of an exactly-once transaction: it locks
+// the claim's row FOR UPDATE while the claim still holds it ($1 scope,
+// $2 key, $3 token), and the lock lasts until the transaction ends. While
+// it lives nothing else writes the row: a claim past the lease end finds
+// it held (see claimSQL), a waiter does not mark it (markSQL), the
+// sweeper skips it (deleteExpiredSQL), and the engine sends no heartbeat
+// (the Tx is an idem.ClaimHolder). So the completion the transaction
+// writes at its end never meets a row version newer than its snapshot, at
+// any isolation level, and needs no pooled connection besides its own. A
+// crash ends the transaction, and the lock, with its connection.
+const lockSQL = `SELECT 1 FROM {{t}}
 WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1
-  AND lease_end > $4::timestamptz`
+FOR UPDATE`
+
+// clockSQL reads the server's clock: clock_timestamp() is the time of the
+// call, where now() would be the start of the statement's transaction.
+const clockSQL = `SELECT clock_timestamp()`
 
 const noSyncFrom = `
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS nosync (x)`
@@ -174,7 +257,7 @@ func newQueries(table string) queries {
 		claim:          f(strings.Replace(claimSQL, "{{one}}", claimValues, 1)),
 		claimNoSync:    f(strings.Replace(claimSQL, "{{one}}", claimNoSyncValues, 1)),
 		complete:       f(completeSQL),
-		completeNotify: f(notifying(completeSQL, "$10::text, $11::text")),
+		completeNotify: f(notifying(completeSQL, "$9::text, $10::text")),
 		release:        f(releaseSQL),
 		releaseNotify:  f(notifying(releaseSQL, "$4::text, $5::text")),
 		mark:           f(markSQL),
@@ -184,5 +267,9 @@ func newQueries(table string) queries {
 		deleteExpired:  f(deleteExpiredSQL),
 		extend:         f(strings.Replace(extendSQL, "{{nosync}}", "", 1)),
 		extendNoSync:   f(strings.Replace(extendSQL, "{{nosync}}", noSyncFrom, 1)),
+		evict:          f(evictSQL),
+		evictNotify:    f(notifying(evictSQL, "$4::text, $5::text")),
+		lock:           f(lockSQL),
+		clock:          clockSQL,
 	}
 }

@@ -118,21 +118,25 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // Store is an idem.Store on PostgreSQL. It implements idem.Getter,
-// idem.Deleter, idem.ExpiredDeleter, idem.Extender and idem.Notifier;
-// ExactlyOnce returns a view of it that also implements idem.TxBeginner.
+// idem.Deleter, idem.ExpiredDeleter, idem.Extender, idem.Evicter,
+// idem.Clock and idem.Notifier; ExactlyOnce returns a view of it that also
+// implements idem.TxBeginner.
 //
-// Claim, Complete, Release, Get, Delete and Extend each run one statement,
-// which commits on its own (Claim runs its statement a second time only
-// after losing a race with a concurrent writer; DeleteExpired runs one per
-// 1024 pages of the table). No transaction or row lock is held while a
-// handler runs. A replay, a 409 and a 422 read the row without locking or
-// writing it.
+// Claim, Complete, Release, Get, Delete, Evict, Extend and Now each run one
+// statement, which commits on its own (Claim runs its statement a second
+// time only after losing a race with a concurrent writer, or to look again
+// at a claim a live transaction holds; DeleteExpired runs one per 1024
+// pages of the table). In plain mode no transaction or row lock is held
+// while a handler runs. A replay, a 409 and a 422 read the row without
+// locking or writing it.
 type Store struct {
 	db      DB
 	table   string
 	channel string
 	q       queries
 	cfg     config
+	batch   batcher     // db, when it can send a batch that begins a transaction
+	strict  atomic.Bool // a session defaults to an isolation stricter than READ COMMITTED
 
 	ctx    context.Context // cancelled by Close; parent of background work
 	cancel context.CancelFunc
@@ -149,6 +153,8 @@ var (
 	_ idem.Deleter        = (*Store)(nil)
 	_ idem.ExpiredDeleter = (*Store)(nil)
 	_ idem.Extender       = (*Store)(nil)
+	_ idem.Evicter        = (*Store)(nil)
+	_ idem.Clock          = (*Store)(nil)
 	_ idem.Notifier       = (*Store)(nil)
 )
 
@@ -189,6 +195,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		channel: channelName(cfg.table),
 		q:       newQueries(cfg.table),
 		cfg:     cfg,
+		batch:   batcherOf(db),
 		ctx:     ctx,
 		cancel:  cancel,
 	}
@@ -221,7 +228,9 @@ func (s *Store) Close() error {
 
 // Claim implements idem.Store in one statement (see the package doc for
 // the SQL and why it is race-safe and writes nothing unless it takes the
-// key).
+// key). An in-progress record whose lease has ended is not taken over
+// while a live exactly-once transaction holds it: Claim returns it, in
+// progress, after a second look, without waiting for that transaction.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
 	return s.claim(ctx, s.q.claim, c)
 }
@@ -233,14 +242,22 @@ func (s *Store) claim(ctx context.Context, sql string, c idem.Claim) (idem.Claim
 	scope := []byte(c.Scope)
 	fp := []byte(c.Fingerprint)
 	token := []byte(c.Token)
+	held := false // the last look found the claim held by a transaction
 	for range maxClaimAttempts {
 		var (
-			acquired, found bool
-			r               rawRecord
+			acquired, found, isHeld bool
+			r                       rawRecord
 		)
-		err := s.db.QueryRow(ctx, sql, scope, c.Key, fp, token, now, leaseEnd).Scan(
+		var strict bool
+		err := s.queryRow(ctx, sql, []any{scope, c.Key, fp, token, now, leaseEnd},
 			&acquired, &found, &r.fingerprint, &r.state, &r.status, &r.headers, &r.body,
-			&r.bodyOmitted, &r.createdAt, &r.leaseEnd, &r.expiresAt)
+			&r.bodyOmitted, &r.createdAt, &r.leaseEnd, &r.expiresAt, &isHeld, &strict)
+		if strict && !s.strict.Load() {
+			// The session's default isolation is stricter than READ
+			// COMMITTED: from now on every statement of the store runs in a
+			// READ COMMITTED transaction of its own (see readCommitted).
+			s.strict.Store(true)
+		}
 		if serializationFailure(err) {
 			claimRetries.Add(1)
 			continue
@@ -256,9 +273,13 @@ func (s *Store) claim(ctx context.Context, sql string, c idem.Claim) (idem.Claim
 			if err != nil {
 				return idem.ClaimResult{}, fmt.Errorf("pgxstore: claim, key %q: %w", c.Key, err)
 			}
-			if !rec.Takeable(now) {
+			if !rec.Takeable(now) || (isHeld && held) {
 				return idem.ClaimResult{Existing: &rec}, nil
 			}
+			// A row locked FOR UPDATE is a live transaction's claim, or a
+			// DELETE in flight: a second look tells them apart, since the
+			// DELETE has committed by then.
+			held = isHeld
 		}
 		// Lost a race: a concurrent writer inserted the row after this
 		// statement's snapshot, or took over or deleted the expired row the
@@ -270,27 +291,36 @@ func (s *Store) claim(ctx context.Context, sql string, c idem.Claim) (idem.Claim
 
 // Complete implements idem.Store in one statement.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
-	n, err := retry(func() (int64, error) { return s.complete(ctx, s.db, scope, key, token, resp, now, expiresAt) })
+	n, err := retry(func() (int64, error) { return s.complete(ctx, nil, scope, key, token, resp, expiresAt) })
 	if err != nil {
 		return fmt.Errorf("pgxstore: complete: %w", err)
 	}
 	if n == 0 {
 		return idem.ErrLeaseLost
 	}
+	s.wakeLocal(scope, key)
 	return nil
 }
 
-func (s *Store) complete(ctx context.Context, db DB, scope, key, token string, resp idem.Response, now, expiresAt time.Time) (int64, error) {
+// complete runs completeSQL in the transaction in, or on its own when in
+// is nil. now plays no part: a claim is its token's until another claim
+// takes the key over and changes the token.
+func (s *Store) complete(ctx context.Context, in pgx.Tx, scope, key, token string, resp idem.Response, expiresAt time.Time) (int64, error) {
 	var header []byte // NULL for a nil header
 	if resp.Header != nil {
 		header = idem.AppendHeader(nil, resp.Header)
 	}
 	args := []any{[]byte(scope), key, []byte(token), resp.Status, header, resp.Body,
-		resp.BodyOmitted, floorMicro(now), ceilMicro(expiresAt)}
+		resp.BodyOmitted, ceilMicro(expiresAt)}
+	sql := s.q.complete
 	if s.cfg.notify {
-		return execCount(ctx, db, s.q.completeNotify, append(args, s.channel, payload(scope, key))...)
+		sql = s.q.completeNotify
+		args = append(args, s.channel, payload(scope, key))
 	}
-	return execCount(ctx, db, s.q.complete, args...)
+	if in != nil {
+		return execCount(ctx, in, sql, args...)
+	}
+	return s.exec(ctx, sql, args...)
 }
 
 // Release implements idem.Store in one statement.
@@ -301,10 +331,10 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	)
 	if s.cfg.notify {
 		n, err = retry(func() (int64, error) {
-			return execCount(ctx, s.db, s.q.releaseNotify, []byte(scope), key, []byte(token), s.channel, payload(scope, key))
+			return s.exec(ctx, s.q.releaseNotify, []byte(scope), key, []byte(token), s.channel, payload(scope, key))
 		})
 	} else {
-		n, err = retry(func() (int64, error) { return execCount(ctx, s.db, s.q.release, []byte(scope), key, []byte(token)) })
+		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.release, []byte(scope), key, []byte(token)) })
 	}
 	if err != nil {
 		return fmt.Errorf("pgxstore: release: %w", err)
@@ -312,13 +342,14 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	if n == 0 {
 		return idem.ErrLeaseLost
 	}
+	s.wakeLocal(scope, key)
 	return nil
 }
 
 // Get implements idem.Getter in one statement.
 func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
 	var r rawRecord
-	err := s.db.QueryRow(ctx, s.q.get, []byte(scope), key, floorMicro(now)).Scan(
+	err := s.queryRow(ctx, s.q.get, []any{[]byte(scope), key, floorMicro(now)},
 		&r.fingerprint, &r.state, &r.status, &r.headers, &r.body, &r.bodyOmitted,
 		&r.createdAt, &r.leaseEnd, &r.expiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -335,7 +366,9 @@ func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem
 }
 
 // Delete implements idem.Deleter in one statement. It reports whether a
-// row was there, expired or not, and wakes watchers of the key.
+// row was there, expired or not, and wakes watchers of the key. A record
+// that an exactly-once transaction holds is deleted once that transaction
+// ends (the DELETE waits for its lock, within ctx).
 func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	var (
 		n   int64
@@ -343,19 +376,63 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	)
 	if s.cfg.notify {
 		n, err = retry(func() (int64, error) {
-			return execCount(ctx, s.db, s.q.deleteNotify, []byte(scope), key, s.channel, payload(scope, key))
+			return s.exec(ctx, s.q.deleteNotify, []byte(scope), key, s.channel, payload(scope, key))
 		})
 	} else {
-		n, err = retry(func() (int64, error) { return execCount(ctx, s.db, s.q.delete, []byte(scope), key) })
+		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.delete, []byte(scope), key) })
 	}
 	if err != nil {
 		return false, fmt.Errorf("pgxstore: delete: %w", err)
 	}
+	if n > 0 {
+		s.wakeLocal(scope, key)
+	}
 	return n > 0, nil
 }
 
+// Evict implements idem.Evicter in one statement: it deletes the record,
+// in progress or completed, only while it holds token, and wakes watchers
+// of the key.
+func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
+	var (
+		n   int64
+		err error
+	)
+	if s.cfg.notify {
+		n, err = retry(func() (int64, error) {
+			return s.exec(ctx, s.q.evictNotify, []byte(scope), key, []byte(token), s.channel, payload(scope, key))
+		})
+	} else {
+		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.evict, []byte(scope), key, []byte(token)) })
+	}
+	if err != nil {
+		return fmt.Errorf("pgxstore: evict: %w", err)
+	}
+	if n == 0 {
+		return idem.ErrLeaseLost
+	}
+	s.wakeLocal(scope, key)
+	return nil
+}
+
+// Now implements idem.Clock: the database server's clock_timestamp(), the
+// time of the call (now() would be the start of its transaction). Every
+// instance that shares the database then judges leases on one clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := s.db.QueryRow(ctx, s.q.clock).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("pgxstore: clock: %w", err)
+	}
+	return t, nil
+}
+
 // DeleteExpired implements idem.ExpiredDeleter. It reads the whole table,
-// 1024 pages per statement, and returns how many rows it removed.
+// 1024 pages per statement, and returns how many rows it removed: the
+// completed records expired at now, and the in-progress ones whose lease
+// ended at least a lease (lease end minus creation) before now, so that a
+// late Complete, Extend or Release still finds them. An in-progress row
+// that a live exactly-once transaction holds is left alone, without
+// waiting for it.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	for page, pages := uint32(0), uint32(1); page < pages; page += sweepPages {
@@ -376,7 +453,7 @@ func (s *Store) sweep(ctx context.Context, now time.Time, page uint32) (deleted 
 	to := pgtype.TID{BlockNumber: uint32(min(uint64(page)+sweepPages, 1<<32-1)), Valid: true}
 	var size int64
 	for i := 1; ; i++ {
-		err = s.db.QueryRow(ctx, s.q.deleteExpired, from, to, floorMicro(now), pgx.Identifier{s.table}.Sanitize()).Scan(&deleted, &size)
+		err = s.queryRow(ctx, s.q.deleteExpired, []any{from, to, floorMicro(now), pgx.Identifier{s.table}.Sanitize()}, &deleted, &size)
 		if err == nil || i == maxClaimAttempts || !serializationFailure(err) {
 			break
 		}
@@ -384,14 +461,15 @@ func (s *Store) sweep(ctx context.Context, now time.Time, page uint32) (deleted 
 	return deleted, uint32(min(size, 1<<32-1)), err
 }
 
-// Extend implements idem.Extender in one statement.
+// Extend implements idem.Extender in one statement. now plays no part:
+// a claim is its token's until another claim takes the key over.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
-	return s.extend(ctx, s.q.extend, scope, key, token, now, leaseEnd)
+	return s.extend(ctx, s.q.extend, scope, key, token, leaseEnd)
 }
 
-func (s *Store) extend(ctx context.Context, sql, scope, key, token string, now, leaseEnd time.Time) error {
+func (s *Store) extend(ctx context.Context, sql, scope, key, token string, leaseEnd time.Time) error {
 	n, err := retry(func() (int64, error) {
-		return execCount(ctx, s.db, sql, []byte(scope), key, []byte(token), floorMicro(now), ceilMicro(leaseEnd))
+		return s.exec(ctx, sql, []byte(scope), key, []byte(token), ceilMicro(leaseEnd))
 	})
 	if err != nil {
 		return fmt.Errorf("pgxstore: extend: %w", err)
@@ -468,6 +546,87 @@ func execCount(ctx context.Context, db DB, sql string, args ...any) (int64, erro
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
+}
+
+// batcher is a DB that sends batches that begin a transaction
+// (pgx.Batch.BeginTx): *pgxpool.Pool and *pgx.Conn.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// batcherOf returns db as a batcher, or nil when it is a pgx.Tx (a batch
+// cannot begin a transaction inside one) or cannot send batches.
+func batcherOf(db DB) batcher {
+	if _, inTx := db.(pgx.Tx); inTx {
+		return nil
+	}
+	b, _ := db.(batcher)
+	return b
+}
+
+// exec runs one of the store's statements on its own (see readCommitted)
+// and returns the rows its command tag reports.
+func (s *Store) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	if !s.strict.Load() || s.batch == nil {
+		return execCount(ctx, s.db, sql, args...)
+	}
+	var n int64
+	err := s.readCommitted(ctx, sql, args, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// queryRow runs one of the store's statements on its own (see
+// readCommitted) and scans its one row into dest.
+func (s *Store) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	if !s.strict.Load() || s.batch == nil {
+		return s.db.QueryRow(ctx, sql, args...).Scan(dest...)
+	}
+	return s.readCommitted(ctx, sql, args, func(br pgx.BatchResults) error {
+		return br.QueryRow().Scan(dest...)
+	})
+}
+
+// readCommitted runs sql in a READ COMMITTED transaction of its own:
+// BEGIN, the statement and COMMIT in one batch, one round trip, with read
+// taking the statement's result. The store does so once a claim has found
+// the session's default isolation stricter (default_transaction_isolation
+// of the server, the database or the role). Its statements are written
+// for READ COMMITTED, where a statement that finds a row changed by a
+// concurrent writer re-checks the newest version; under REPEATABLE READ
+// it fails with a serialization failure instead, and under SERIALIZABLE
+// its reads would also enter the predicate locking of the handlers'
+// serializable transactions, which then fail for conflicts that exist
+// only between the store's statements and theirs (a waiter polling the
+// record an exactly-once handler is about to complete). A statement at
+// READ COMMITTED takes no part in it.
+func (s *Store) readCommitted(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	br := s.batch.SendBatch(ctx, b)
+	tx := br.Tx()
+	_, err := br.Exec()
+	if err == nil {
+		err = read(br)
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	// After a failed statement the transaction is still open (aborted):
+	// roll it back so the connection is clean. After COMMIT it is closed,
+	// and this only hands a pooled connection back.
+	if rerr := ignoreClosed(tx.Rollback(context.WithoutCancel(ctx))); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // payload is the notification payload for (scope, key): 16 hex digits of a

@@ -9,29 +9,34 @@ import (
 
 	idem "github.com/idemkit/idem/core"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ExactlyOnceStore is a Store whose engine runs each claimed request in a
 // database transaction (idem.TxBeginner): the handler's writes, made
 // through Tx(r.Context()), and the completed record commit together or not
 // at all. Get one with Store.ExactlyOnce; it has every method of Store.
-// Each request in flight holds one pooled connection, and its rows stay
-// locked, until the commit. The flow, what a failed COMMIT means, and the
-// costs are in the package docs ("Exactly-once mode").
+// The transaction locks the record's row first and so holds the claim by
+// itself (idem.ClaimHolder): no heartbeat, at any isolation level. Each
+// request in flight holds one pooled connection, and its rows stay
+// locked, until the commit. The flow, the isolation levels, the pool
+// sizing rule, what a failed COMMIT means, and the costs are in the
+// package docs ("Exactly-once mode").
 type ExactlyOnceStore struct {
 	*Store
 	txOptions pgx.TxOptions
 }
 
 var (
-	_ idem.Store      = (*ExactlyOnceStore)(nil)
-	_ idem.TxBeginner = (*ExactlyOnceStore)(nil)
-	_ idem.Getter     = (*ExactlyOnceStore)(nil)
-	_ idem.Deleter    = (*ExactlyOnceStore)(nil)
-	_ idem.Notifier   = (*ExactlyOnceStore)(nil)
-	_ idem.Extender   = (*ExactlyOnceStore)(nil)
-	_ idem.Tx         = (*txn)(nil)
-	_ pgx.Tx          = handlerTx{}
+	_ idem.Store       = (*ExactlyOnceStore)(nil)
+	_ idem.TxBeginner  = (*ExactlyOnceStore)(nil)
+	_ idem.Getter      = (*ExactlyOnceStore)(nil)
+	_ idem.Deleter     = (*ExactlyOnceStore)(nil)
+	_ idem.Notifier    = (*ExactlyOnceStore)(nil)
+	_ idem.Extender    = (*ExactlyOnceStore)(nil)
+	_ idem.Tx          = (*txn)(nil)
+	_ idem.ClaimHolder = (*txn)(nil)
+	_ pgx.Tx           = handlerTx{}
 )
 
 // ExactlyOnce returns s in exactly-once mode: pass it to idem.New instead
@@ -65,16 +70,22 @@ func (s *ExactlyOnceStore) Extend(ctx context.Context, scope, key, token string,
 	if _, inTx := s.db.(pgx.Tx); inTx {
 		return s.Store.Extend(ctx, scope, key, token, now, leaseEnd)
 	}
-	return s.extend(ctx, s.q.extendNoSync, scope, key, token, now, leaseEnd)
+	return s.extend(ctx, s.q.extendNoSync, scope, key, token, leaseEnd)
 }
 
 // WithTxOptions returns a copy of s whose transactions start with opts,
 // for example pgx.TxOptions{IsoLevel: pgx.Serializable}. The default is
-// the server's default (READ COMMITTED unless configured otherwise). A
-// serialization failure at COMMIT is a failed commit: the engine answers
-// 500 and releases the key, and the client's retry runs again. Options
-// other than the zero value need a DB with BeginTx, such as
-// *pgxpool.Pool or *pgx.Conn.
+// the server's default_transaction_isolation (of the server, the database
+// or the role; READ COMMITTED unless configured otherwise). READ
+// COMMITTED, REPEATABLE READ and SERIALIZABLE all work: the transaction's
+// first statement locks the record, so its snapshot sees the claim and
+// nothing else writes the record until it ends. A serialization failure
+// of the handler's own statements, or at COMMIT, is a failed commit: the
+// engine answers 500 and releases the key, and the client's retry runs
+// again. A read-only transaction cannot hold the claim: BeginTx refuses
+// AccessMode pgx.ReadOnly with an error wrapping ErrBadOption. On a DB
+// that is a pgx.Tx, where BeginTx makes a savepoint, options other than
+// the zero value are refused.
 func (s *ExactlyOnceStore) WithTxOptions(opts pgx.TxOptions) *ExactlyOnceStore {
 	return &ExactlyOnceStore{Store: s.Store, txOptions: opts}
 }
@@ -101,27 +112,89 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 }
 
 // BeginTx implements idem.TxBeginner: it starts a transaction on the
-// store's DB (ctx bounds only acquiring a connection and BEGIN). The
-// engine hands the handler the context from the returned Tx's Context
-// method, where Tx finds the transaction.
+// store's DB and, as its first statement, locks the record's row FOR
+// UPDATE while the claim holds it (see lockSQL); ctx bounds only acquiring
+// a connection, BEGIN and the lock. The transaction then holds the claim
+// until it ends (idem.ClaimHolder). When the key was taken over or the
+// record is gone, BeginTx rolls back and returns idem.ErrLeaseLost. A
+// serialization failure of the lock (REPEATABLE READ or SERIALIZABLE, when
+// a waiter marked the row between the snapshot and the lock) starts the
+// transaction again. The engine hands the handler the context from the
+// returned Tx's Context method, where Tx finds the transaction.
 func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string) (idem.Tx, error) {
-	var (
-		tx  pgx.Tx
-		err error
-	)
+	if s.txOptions.AccessMode == pgx.ReadOnly {
+		return nil, fmt.Errorf("pgxstore: begin: %w: WithTxOptions asks for a read-only transaction, which cannot lock the record and commit it", ErrBadOption)
+	}
+	args := []any{[]byte(scope), key, []byte(token)}
+	for attempt := 1; ; attempt++ {
+		tx, n, err := s.beginLocked(ctx, args)
+		if err == nil && n == 1 {
+			return &txn{s: s.Store, tx: tx, scope: scope, key: key, token: token}, nil
+		}
+		var rbErr error
+		if tx != nil {
+			rbErr = ignoreClosed(tx.Rollback(context.WithoutCancel(ctx)))
+		}
+		switch {
+		case err == nil:
+			return nil, idem.ErrLeaseLost
+		case serializationFailure(err) && attempt < maxClaimAttempts && rbErr == nil:
+			continue
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "25006" {
+			err = fmt.Errorf("%w (exactly-once mode needs read-write transactions: check default_transaction_read_only)", err)
+		}
+		return nil, errors.Join(fmt.Errorf("pgxstore: begin: %w", err), rbErr)
+	}
+}
+
+// beginLocked starts a transaction with the store's options and runs
+// lockSQL in it with args, and returns the transaction (nil when BEGIN
+// failed) and how many rows the lock found. On a *pgxpool.Pool or a
+// *pgx.Conn, BEGIN and the lock go in one batch: one round trip.
+func (s *ExactlyOnceStore) beginLocked(ctx context.Context, args []any) (pgx.Tx, int64, error) {
+	if s.batch == nil {
+		tx, err := s.begin(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		n, err := execCount(ctx, tx, s.q.lock, args...)
+		if err != nil {
+			err = fmt.Errorf("lock the record: %w", err)
+		}
+		return tx, n, err
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(s.txOptions)
+	b.Queue(s.q.lock, args...)
+	br := s.batch.SendBatch(ctx, b)
+	tx := br.Tx()
+	var tag pgconn.CommandTag
+	_, err := br.Exec()
+	if err == nil {
+		if tag, err = br.Exec(); err != nil {
+			err = fmt.Errorf("lock the record: %w", err)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tx, tag.RowsAffected(), err
+}
+
+// begin starts a transaction with the store's options, on a DB that
+// cannot send a batch (a pgx.Tx: the transaction is a savepoint).
+func (s *ExactlyOnceStore) begin(ctx context.Context) (pgx.Tx, error) {
 	if s.txOptions == (pgx.TxOptions{}) {
-		tx, err = s.db.Begin(ctx)
-	} else if b, ok := s.db.(interface {
+		return s.db.Begin(ctx)
+	}
+	if b, ok := s.db.(interface {
 		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
 	}); ok {
-		tx, err = b.BeginTx(ctx, s.txOptions)
-	} else {
-		err = fmt.Errorf("%T cannot begin a transaction with options", s.db)
+		return b.BeginTx(ctx, s.txOptions)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("pgxstore: begin: %w", err)
-	}
-	return &txn{s: s.Store, tx: tx, scope: scope, key: key, token: token}, nil
+	return nil, fmt.Errorf("%T cannot begin a transaction with options", s.db)
 }
 
 // txn is the idem.Tx an ExactlyOnceStore hands the engine.
@@ -132,6 +205,13 @@ type txn struct {
 	done              bool
 	rolledBack        atomic.Bool // by the handler
 }
+
+// HoldsClaim implements idem.ClaimHolder: the transaction locked the
+// record's row in BeginTx and keeps it locked until it ends, so no other
+// request takes the key over meanwhile and the engine sends no heartbeat.
+// (When the handler ends the transaction itself, the lock goes with it;
+// Commit then fails, or stores an error answer token-checked.)
+func (t *txn) HoldsClaim() bool { return true }
 
 // failed reports that the transaction can no longer commit: the handler
 // rolled it back, one of its statements failed (status 'E': the server
@@ -170,7 +250,7 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 		// answer is stored (token-checked) on its own.
 		return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
 	}
-	n, err := t.s.complete(ctx, t.tx, t.scope, t.key, t.token, resp, now, expiresAt)
+	n, err := t.s.complete(ctx, t.tx, t.scope, t.key, t.token, resp, expiresAt)
 	if err == nil && n == 0 {
 		err = idem.ErrLeaseLost
 	}
@@ -187,6 +267,7 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 		t.tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // ErrTxClosed after a failed COMMIT
 		return fmt.Errorf("pgxstore: commit: %w", err)
 	}
+	t.s.wakeLocal(t.scope, t.key)
 	return nil
 }
 

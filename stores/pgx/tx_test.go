@@ -25,7 +25,7 @@ func newTxFixture(t *testing.T) txFixture {
 	if _, err := s.db.Exec(t.Context(), `CREATE TABLE `+quoted(orders)+` (
 		id  bigint PRIMARY KEY,
 		ref text NOT NULL,
-		CONSTRAINT ref_unique UNIQUE (ref) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		UNIQUE (ref) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
 		t.Fatal(err)
 	}
 	return txFixture{s, orders}
@@ -149,32 +149,55 @@ func TestExactlyOnceCommitFails(t *testing.T) {
 	}
 }
 
-// The lease ran out and another request took the key over while the
-// handler ran: Commit returns ErrLeaseLost and the handler's writes are
-// rolled back, so the work happens once even then.
+// The transaction holds the claim: while it lives, a claim past the lease
+// end gets the in-progress record and takes nothing over, and the commit
+// lands however late. A claim taken over before BeginTx (the lease ran out
+// between the claim and the transaction) fails BeginTx with ErrLeaseLost,
+// so the handler never runs.
 func TestExactlyOnceLeaseLost(t *testing.T) {
 	f := newTxFixture(t)
 	c, ctx, tx := f.begin(t, "k")
+	defer tx.Rollback(context.Background())
 	f.handler(t, ctx, 1, "a")
 	later := t0.Add(2 * time.Minute)
-	if res, err := f.s.Claim(t.Context(), claimAt("k", "fp", "other", later, time.Minute)); err != nil || !res.Acquired {
+	res, err := f.s.Claim(t.Context(), claimAt("k", "fp", "other", later, time.Minute))
+	if err != nil || res.Acquired || res.Existing.State != idem.StateInProgress {
+		t.Fatalf("claim past the lease end of a held claim = %+v, %v; want the in-progress record", res, err)
+	}
+	if err := tx.Commit(t.Context(), idem.Response{Status: 201}, later, later.Add(time.Hour)); err != nil {
+		t.Fatalf("commit after the lease end of a held claim = %v", err)
+	}
+	if !f.orderExists(t, 1) {
+		t.Fatal("order missing")
+	}
+	if rec, ok, _ := f.s.Get(t.Context(), c.Scope, c.Key, later); !ok || rec.State != idem.StateCompleted {
+		t.Fatalf("record = %+v", rec)
+	}
+
+	// Taken over before the transaction began.
+	c2 := claimAt("k2", "fp", "tok-k2", t0, time.Minute)
+	if res, err := f.s.Claim(t.Context(), c2); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	if res, err := f.s.Claim(t.Context(), claimAt("k2", "fp", "taker", later, time.Minute)); err != nil || !res.Acquired {
 		t.Fatalf("takeover = %+v %v", res, err)
 	}
-	err := tx.Commit(t.Context(), idem.Response{Status: 201}, later, later.Add(time.Hour))
-	if !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("commit = %v, want ErrLeaseLost", err)
+	if tx, err := f.s.BeginTx(t.Context(), c2.Scope, c2.Key, c2.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		if tx != nil {
+			tx.Rollback(context.Background())
+		}
+		t.Fatalf("BeginTx after a takeover = %v, want ErrLeaseLost", err)
 	}
-	if f.orderExists(t, 1) {
-		t.Fatal("order committed by a request that lost its claim")
-	}
-	if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := f.s.Release(t.Context(), c2.Scope, c2.Key, c2.Token); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("release by the old owner = %v", err)
 	}
-	// Its lease is also checked against now inside the transaction.
-	_, ctx2, tx2 := f.begin(t, "k2")
-	_ = ctx2
-	if err := tx2.Commit(t.Context(), idem.Response{Status: 200}, t0.Add(time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("commit at lease end = %v, want ErrLeaseLost", err)
+	// The failed BeginTx left no connection in a transaction.
+	p, _ := f.s.pool()
+	for _, c := range p.AcquireAllIdle(t.Context()) {
+		if st := c.Conn().PgConn().TxStatus(); st != 'I' {
+			t.Errorf("pooled connection in transaction status %q", st)
+		}
+		c.Release()
 	}
 }
 
