@@ -158,8 +158,11 @@ func (e *Engine) Do(ctx context.Context, op Op, fn func(context.Context) ([]byte
 		return nil, false, &RetryError{Err: fmt.Errorf("%w: %w", ErrStoreFailure, o.err), After: e.retryAfter(0)}
 	}
 	if err := f.begin(); err != nil {
-		if f.ev.Outcome == OutcomeCanceled {
+		switch f.ev.Outcome {
+		case OutcomeCanceled:
 			return nil, false, ctx.Err()
+		case OutcomeConflict:
+			return nil, false, &RetryError{Err: ErrInFlight, After: e.retryAfter(0)}
 		}
 		return nil, false, &RetryError{Err: fmt.Errorf("%w: %w", ErrStoreFailure, err), After: e.retryAfter(0)}
 	}

@@ -261,7 +261,13 @@ func (f *flight) begin() error {
 		ctx := f.storeCall(false)
 		t, err := e.txb.BeginTx(ctx, f.scope, f.key, f.token)
 		e.endCall(ctx, StoreBeginTx, err, nil)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			// Another request took the key between the claim and the
+			// transaction: it is in flight, and nothing runs beside it.
+			f.ev.Outcome, f.ev.Err = OutcomeConflict, err
+			return err
+		case err != nil:
 			f.release()
 			f.storeFailure(err)
 			return err

@@ -493,3 +493,34 @@ func TestLateClaimAnswerIsConfirmed(t *testing.T) {
 		}
 	})
 }
+
+// lostTxStore's BeginTx finds the claim taken over between the claim and
+// the transaction, as pgxstore's does when its token check fails.
+type lostTxStore struct{ *testStore }
+
+func (lostTxStore) BeginTx(context.Context, string, string, string) (Tx, error) {
+	return nil, fmt.Errorf("lostTxStore: begin: %w", ErrLeaseLost)
+}
+
+// TestBeginTxLostIsInFlight: a transaction that cannot start because
+// another request took the key is a key in flight (409), never a store
+// failure: with WithFailOpen the handler must not run unprotected beside
+// the request that holds the key.
+func TestBeginTxLostIsInFlight(t *testing.T) {
+	e, ev := newEngine(t, lostTxStore{newTestStore()}, WithFailOpen())
+	ran := false
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true }))
+	if w := post(h, "/", "k", ""); w.Code != http.StatusConflict || ran {
+		t.Errorf("BeginTx found the claim lost: %d, handler ran %v; want 409 and no run", w.Code, ran)
+	}
+	if !hasOutcome(ev, OutcomeConflict) {
+		t.Errorf("outcomes %v, want conflict", ev.outcomes())
+	}
+	_, _, err := e.Do(t.Context(), Op{Kind: "q", Name: "n", Key: "k2", Fingerprint: "f"}, func(context.Context) ([]byte, error) {
+		t.Error("Do ran fn unprotected")
+		return nil, nil
+	})
+	if !errors.Is(err, ErrInFlight) {
+		t.Errorf("Do: %v, want ErrInFlight", err)
+	}
+}

@@ -175,11 +175,14 @@ func (x *exchange) storeFailure() {
 func (x *exchange) execute() {
 	e, f := x.p.e, &x.f
 	if f.begin() != nil {
-		if f.ev.Outcome == OutcomeCanceled {
+		switch f.ev.Outcome {
+		case OutcomeCanceled:
 			x.problem(problemCanceled, "The request was canceled before it was claimed.", 0)
-			return
+		case OutcomeConflict:
+			x.problem(problemConflict, "A request with this key is still being processed; retry later.", seconds(e.retryAfter(0)))
+		default:
+			x.storeFailure()
 		}
-		x.storeFailure()
 		return
 	}
 	buf := bufPool.Get().(*bytes.Buffer)
