@@ -35,8 +35,9 @@ func countingDB(t *testing.T, writes *atomic.Int64) func(*mysql.Config) {
 }
 
 // TestRoundTripsPerStep fails if a change adds a round trip: a replay, a
-// 409, a complete, a release, an extend, a get and a delete are one
-// statement each; a claim that takes a key is two (the read, the upsert).
+// 409, a complete, a release, an extend, a get, an evict, a delete and a
+// clock reading are one statement each; a claim that takes a key is two
+// (the read, the upsert).
 func TestRoundTripsPerStep(t *testing.T) {
 	var writes atomic.Int64
 	s := newStore(t, newDB(t, 1, countingDB(t, &writes)), WithSweepInterval(0))
@@ -78,6 +79,9 @@ func TestRoundTripsPerStep(t *testing.T) {
 			return err
 		}},
 		{"delete", 1, func() error { _, err := s.Delete(ctx, scope, "a"); return err }},
+		{"claim c", 2, func() error { _, err := s.Claim(ctx, claimAt("c", "fp", "t", t0, time.Minute)); return err }},
+		{"evict", 1, func() error { return s.Evict(ctx, scope, "c", "t") }},
+		{"now", 1, func() error { _, err := s.Now(ctx); return err }},
 	} {
 		w0 := writes.Load()
 		if err := st.run(); err != nil {

@@ -68,16 +68,19 @@ const (
 
 // completeSQL turns a held claim into a completed record. Setting state
 // from 1 to 2 always changes the row, so the affected-rows count is 1
-// exactly when the claim was held, with or without CLIENT_FOUND_ROWS.
+// exactly when the claim was held, with or without CLIENT_FOUND_ROWS. The
+// lease end is not checked: a claim nobody took over is its token's until
+// then.
 const completeSQL = "UPDATE {{t}} SET state = 2, status = :status, headers = :headers, body = :body, body_omitted = :omitted,\n" +
 	"    lease_end = NULL, expires_at = :expires\n" +
-	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1 AND lease_end > :now"
+	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
 
 // extendSQL moves a held claim's lease. The new lease end may equal the
 // old one, which changes nothing, so a matched row is marked with
-// LAST_INSERT_ID(1) (state stays 1) and told apart by the insert id.
+// LAST_INSERT_ID(1) (state stays 1) and told apart by the insert id. As
+// for completeSQL, the old lease end is not checked.
 const extendSQL = "UPDATE {{t}} SET lease_end = :lease, expires_at = :lease, state = LAST_INSERT_ID(1)\n" +
-	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1 AND lease_end > :now"
+	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
 
 // releaseSQL deletes a held, in-progress claim.
 const releaseSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
@@ -85,31 +88,52 @@ const releaseSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key AND 
 // deleteSQL evicts a record whatever its state.
 const deleteSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key"
 
+// evictSQL deletes a record whatever its state, while it holds :token.
+const evictSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key AND token = :token"
+
+// clockSQL reads the server's time in microseconds since the Unix epoch.
+// UTC_TIMESTAMP(6) is the statement's start, microseconds after the
+// server received it and within the round trip whose midpoint the engine
+// takes; it needs no time-zone conversion (SYSDATE(6), the call time, is
+// in the session's time zone, and converting it back to UTC is ambiguous
+// in the hour a daylight-saving zone falls back), and --sysdate-is-now
+// does not change it. TIMESTAMPDIFF from the epoch is plain arithmetic on
+// two DATETIME values.
+const clockSQL = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+
 // getSQL reads a record that has not expired at :now.
 const getSQL = "SELECT " + recordCols + " FROM {{t}} WHERE scope = :scope AND `key` = :key AND expires_at > :now"
 
-// expiredSQL finds a batch of expired rows with a consistent read of the
-// expires_at index: no lock is taken. deleteExpiredSQL then deletes them
-// by primary key (see sweepIn).
-const expiredSQL = "SELECT scope, `key` FROM {{t}} WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit"
+// removable is the condition under which DeleteExpired removes a row at
+// :now: a completed record from its expiry; an in-progress one only a
+// lease later, at lease_end + (lease_end - created_at), so that a late
+// Complete, Extend or Release of a claim nobody took over still finds it.
+const removable = "(state = 2 AND expires_at <= :now OR state = 1 AND lease_end + (lease_end - created_at) <= :now)"
+
+// expiredSQL finds a batch of removable rows with a consistent read of
+// the expires_at index (every removable row has expired): no lock is
+// taken. deleteExpiredSQL then deletes them by primary key.
+const expiredSQL = "SELECT scope, `key` FROM {{t}} WHERE expires_at <= :now AND " + removable + " ORDER BY expires_at LIMIT :limit"
 
 // deleteExpiredSQL deletes the rows listed in :in, a list of (scope, key)
-// pairs, that are still expired. "expires_at + 0" keeps the optimizer off
-// the expires_at index, so the rows are found and locked through the
+// pairs, that are still removable. "expires_at + 0" keeps the optimizer
+// off the expires_at index, so the rows are found and locked through the
 // primary key, in key order, exactly as a claim locks them: a range scan
 // of the secondary index would lock its entries first and deadlock with a
 // takeover that holds the row and moves its entry. A row a claim took
 // over since expiredSQL read it is left alone. The ORDER BY and LIMIT
-// change nothing but satisfy sql_safe_updates and statement-based
-// binary logging.
-const deleteExpiredSQL = "DELETE FROM {{t}} WHERE (scope, `key`) IN (:in) AND expires_at + 0 <= :now ORDER BY scope, `key` LIMIT :limit"
+// change nothing but satisfy sql_safe_updates and statement-based binary
+// logging.
+const deleteExpiredSQL = "DELETE FROM {{t}} WHERE (scope, `key`) IN (:in)\n" +
+	"    AND (state = 2 AND expires_at + 0 <= :now OR state = 1 AND lease_end + (lease_end - created_at) <= :now)\n" +
+	"ORDER BY scope, `key` LIMIT :limit"
 
 // watchSQL reads the state of the watched keys listed in :in.
-const watchSQL = "SELECT scope, `key`, token, state, expires_at FROM {{t}} WHERE (scope, `key`) IN (:in)"
+const watchSQL = "SELECT scope, `key`, token, state FROM {{t}} WHERE (scope, `key`) IN (:in)"
 
 // queries holds the store's statements for one table.
 type queries struct {
-	selectRecord, take, complete, extend, release, delete, get, expired, deleteExpired, watch stmt
+	selectRecord, take, complete, extend, release, delete, evict, get, expired, deleteExpired, watch stmt
 }
 
 func newQueries(table string) queries {
@@ -118,9 +142,10 @@ func newQueries(table string) queries {
 		selectRecord:  compile(selectSQL, t, "scope", "key"),
 		take:          compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease"),
 		complete:      compile(completeSQL, t, "scope", "key", "token", "status", "headers", "body", "omitted", "now", "expires"),
-		extend:        compile(extendSQL, t, "scope", "key", "token", "now", "lease"),
+		extend:        compile(extendSQL, t, "scope", "key", "token", "lease"),
 		release:       compile(releaseSQL, t, "scope", "key", "token"),
 		delete:        compile(deleteSQL, t, "scope", "key"),
+		evict:         compile(evictSQL, t, "scope", "key", "token"),
 		get:           compile(getSQL, t, "scope", "key", "now"),
 		expired:       compile(expiredSQL, t, "now", "limit"),
 		deleteExpired: compile(deleteExpiredSQL, t, "in", "now", "limit"),

@@ -83,7 +83,7 @@ func WithTable(name string) Option {
 }
 
 // WithSweepInterval sets how often the background sweeper deletes expired
-// records (DeleteExpired with the wall clock). The default is
+// records (DeleteExpired with the server's time, see Now). The default is
 // DefaultSweepInterval; 0 runs no sweeper (call DeleteExpired or Sweep
 // yourself). Expired records are never replayed either way; sweeping only
 // reclaims space.
@@ -108,9 +108,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // Store is an idem.Store on MySQL 8.0+ or MariaDB 10.6+ (InnoDB). It
-// implements idem.Getter, idem.Deleter, idem.ExpiredDeleter, idem.Extender
-// and idem.Notifier; ExactlyOnce returns a view of it that also implements
-// idem.TxBeginner.
+// implements idem.Getter, idem.Deleter, idem.ExpiredDeleter,
+// idem.Extender, idem.Evicter, idem.Clock and idem.Notifier; ExactlyOnce
+// returns a view of it that also implements idem.TxBeginner.
 //
 // Every method runs single statements that commit on their own: no
 // transaction or row lock is held while a handler runs. A replay, a 409
@@ -137,6 +137,8 @@ var (
 	_ idem.Deleter        = (*Store)(nil)
 	_ idem.ExpiredDeleter = (*Store)(nil)
 	_ idem.Extender       = (*Store)(nil)
+	_ idem.Evicter        = (*Store)(nil)
+	_ idem.Clock          = (*Store)(nil)
 	_ idem.Notifier       = (*Store)(nil)
 )
 
@@ -343,9 +345,40 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	return n > 0, nil
 }
 
-// Extend implements idem.Extender in one statement.
+// Evict implements idem.Evicter in one statement: it deletes the record,
+// in progress or completed, while it holds token, and wakes watchers of
+// the key.
+func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
+	n, err := s.exec(ctx, s.q.evict.render(scopeKey(scope), key, token))
+	if err != nil {
+		return fmt.Errorf("mysqlstore: evict: %w", err)
+	}
+	if n == 0 {
+		return idem.ErrLeaseLost
+	}
+	s.wake(scope, key)
+	return nil
+}
+
+// Now implements idem.Clock: the server's time, UTC, in microseconds, in
+// one statement. The engine aligns the now it passes to the store with
+// it, so that instances whose clocks disagree judge leases alike; the
+// sweeper uses it too. It reads UTC_TIMESTAMP(6), the statement's start
+// (see clockSQL), so a session that SET timestamp to a fixed value would
+// freeze it: do not do that on the store's pool.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var us int64
+	if err := s.db.QueryRowContext(ctx, clockSQL).Scan(&us); err != nil {
+		return time.Time{}, fmt.Errorf("mysqlstore: now: %w", err)
+	}
+	return fromMicro(us), nil
+}
+
+// Extend implements idem.Extender in one statement. Like Complete, it
+// moves the lease of a claim its token still holds, even once the lease
+// has ended.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
-	q := s.q.extend.render(scopeKey(scope), key, token, floorMicro(now).UnixMicro(), ceilMicro(leaseEnd).UnixMicro())
+	q := s.q.extend.render(scopeKey(scope), key, token, ceilMicro(leaseEnd).UnixMicro())
 	for range maxClaimAttempts {
 		res, err := s.db.ExecContext(ctx, q)
 		if deadlock(err) {
@@ -365,10 +398,13 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 	return fmt.Errorf("mysqlstore: extend: chosen as a deadlock victim %d times", maxClaimAttempts)
 }
 
-// DeleteExpired implements idem.ExpiredDeleter. It works in batches of at
-// most 1000 rows: a consistent read of the expires_at index finds them,
-// without locking anything, and one DELETE by primary key removes those
-// still expired. It returns how many rows it removed.
+// DeleteExpired implements idem.ExpiredDeleter. It removes completed
+// records from their expiry, and in-progress ones a lease later (at
+// LeaseEnd + (LeaseEnd - CreatedAt)), so that a late completion of a claim
+// nobody took over still lands. It works in batches of at most 1000 rows:
+// a consistent read of the expires_at index finds them, without locking
+// anything, and one DELETE by primary key removes those still removable.
+// It returns how many rows it removed.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	nowUS := floorMicro(now).UnixMicro()
 	find := s.q.expired.render(nowUS, sweepBatch)
@@ -409,7 +445,8 @@ func (s *Store) expiredBatch(ctx context.Context, q string) (scopes, keys []stri
 	return scopes, keys, rows.Err()
 }
 
-// Sweep calls DeleteExpired with the wall clock every interval until ctx
+// Sweep calls DeleteExpired with the server's time (Now) every interval
+// until ctx
 // is cancelled or the store is closed, logging errors and carrying on. It
 // returns ctx.Err() or ErrClosed. New starts it in the background unless
 // WithSweepInterval(0) is given; call it yourself to tie the sweeper to
@@ -432,7 +469,11 @@ func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
 		// sweeps up; a backlog is finished by the next ones.
 		sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
 		stop := context.AfterFunc(s.ctx, cancel)
-		n, err := s.DeleteExpired(sctx, time.Now())
+		n := 0
+		now, err := s.Now(sctx)
+		if err == nil {
+			n, err = s.DeleteExpired(sctx, now)
+		}
 		stop()
 		cancel()
 		if err != nil && ctx.Err() == nil && s.ctx.Err() == nil {

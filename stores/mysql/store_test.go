@@ -126,20 +126,23 @@ func TestAbandonedLeaseAndExtend(t *testing.T) {
 	if res, _ := s.Claim(ctx, claimAt("k", "fp", "b", t0.Add(time.Minute), time.Minute)); res.Acquired {
 		t.Fatal("claim took an extended lease")
 	}
-	if err := s.Complete(ctx, c.Scope, c.Key, "a", idem.Response{Status: 200}, t0.Add(2*time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("complete at lease end: %v", err)
+	// At and past the lease end, nobody having taken the key over, the
+	// claim is still the token's: a late Extend lands.
+	if err := s.Extend(ctx, c.Scope, c.Key, "a", t0.Add(3*time.Minute), t0.Add(4*time.Minute)); err != nil {
+		t.Fatalf("extend after the lease end: %v", err)
 	}
-	if err := s.Extend(ctx, c.Scope, c.Key, "a", t0.Add(2*time.Minute), t0.Add(3*time.Minute)); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("extend at lease end: %v", err)
-	}
-	res, err := s.Claim(ctx, claimAt("k", "fp", "b", t0.Add(2*time.Minute), time.Minute))
+	res, err := s.Claim(ctx, claimAt("k", "fp", "b", t0.Add(4*time.Minute), time.Minute))
 	if err != nil || !res.Acquired {
 		t.Fatalf("takeover = %+v, %v", res, err)
 	}
-	if err := s.Complete(ctx, c.Scope, c.Key, "a", idem.Response{Status: 200}, t0.Add(2*time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, c.Scope, c.Key, "a", idem.Response{Status: 200}, t0.Add(4*time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("old owner completed after takeover: %v", err)
 	}
-	if err := s.Complete(ctx, c.Scope, c.Key, "b", idem.Response{Status: 200}, t0.Add(2*time.Minute), t0.Add(time.Hour)); err != nil {
+	if err := s.Extend(ctx, c.Scope, c.Key, "a", t0.Add(4*time.Minute), t0.Add(5*time.Minute)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("old owner extended after takeover: %v", err)
+	}
+	// The new owner completes past its own lease end: late, but it lands.
+	if err := s.Complete(ctx, c.Scope, c.Key, "b", idem.Response{Status: 200}, t0.Add(6*time.Minute), t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -242,9 +245,10 @@ func TestDeleteAndDeleteExpired(t *testing.T) {
 	if err != nil || ok {
 		t.Fatalf("second delete = %v, %v", ok, err)
 	}
-	// Leases end at t0+1ms ... t0+2500ms; k0 is gone. At t0+2000ms,
-	// 1999 remain expired (2ms..2000ms): two batches.
-	n, err := s.DeleteExpired(ctx, t0.Add(2000*time.Millisecond))
+	// Leases end at t0+1ms ... t0+2500ms; k0 is gone. An abandoned claim
+	// is removed a lease after its lease end, at t0+2ms ... t0+5000ms: at
+	// t0+4000ms, 1999 are (k1..k1999): two batches.
+	n, err := s.DeleteExpired(ctx, t0.Add(4000*time.Millisecond))
 	if err != nil || n != 1999 {
 		t.Fatalf("DeleteExpired = %d, %v; want 1999", n, err)
 	}

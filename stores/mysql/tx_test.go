@@ -141,10 +141,11 @@ func TestExactlyOnceLeaseLost(t *testing.T) {
 	if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("release by the old owner = %v", err)
 	}
-	// Its lease is also checked against now inside the transaction.
+	// A claim nobody took over is still the token's at and past its lease
+	// end: the late commit lands.
 	_, _, tx2 := f.begin(t, "k2")
-	if err := tx2.Commit(t.Context(), idem.Response{Status: 200}, t0.Add(time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("commit at lease end = %v, want ErrLeaseLost", err)
+	if err := tx2.Commit(t.Context(), idem.Response{Status: 200}, t0.Add(time.Minute), t0.Add(time.Hour)); err != nil {
+		t.Fatalf("commit at lease end = %v, want it to land", err)
 	}
 }
 
