@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -37,12 +38,24 @@ func countingDB(t *testing.T, writes *atomic.Int64) func(*mysql.Config) {
 // TestRoundTripsPerStep fails if a change adds a round trip: a replay, a
 // 409, a complete, a release, an extend, a get, an evict, a delete and a
 // clock reading are one statement each; a claim that takes a key is two
-// (the read, the upsert).
+// (the read, the upsert). Complete is a prepared statement: preparing it
+// on the connection costs one more round trip, once.
 func TestRoundTripsPerStep(t *testing.T) {
 	var writes atomic.Int64
 	s := newStore(t, newDB(t, 1, countingDB(t, &writes)), WithSweepInterval(0))
 	ctx := t.Context()
 	scope := claimAt("", "", "", t0, 0).Scope
+	// Prepare the completion on the pool's one connection.
+	if _, err := s.Claim(ctx, claimAt("warm", "fp", "t", t0, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	w0 := writes.Load()
+	if err := s.Complete(ctx, scope, "warm", "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes.Load() - w0; n != 2 {
+		t.Errorf("the first complete took %d round trips, want 2 (prepare, execute)", n)
+	}
 	for _, st := range []struct {
 		name string
 		want int64
@@ -95,20 +108,22 @@ func TestRoundTripsPerStep(t *testing.T) {
 
 // TestRoundTripsExactlyOnce: BeginTx is two statements at READ COMMITTED
 // (SET TRANSACTION and START TRANSACTION) and one at the server's default;
-// Commit is two (the completion and COMMIT).
+// Commit is two (the completion and COMMIT). The first BeginTx also
+// prepares the completion.
 func TestRoundTripsExactlyOnce(t *testing.T) {
 	var writes atomic.Int64
 	s := newStore(t, newDB(t, 1, countingDB(t, &writes)), WithSweepInterval(0))
 	ctx := t.Context()
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name  string
 		s     *ExactlyOnceStore
 		begin int64
 	}{
+		{"read committed, first", s.ExactlyOnce(), 3},
 		{"read committed", s.ExactlyOnce(), 2},
 		{"server default", s.ExactlyOnce().WithTxOptions(sql.TxOptions{}), 1},
 	} {
-		c := claimAt(tc.name, "fp", "t", t0, time.Minute)
+		c := claimAt(fmt.Sprint("k", i), "fp", "t", t0, time.Minute)
 		if _, err := tc.s.Claim(ctx, c); err != nil {
 			t.Fatal(err)
 		}

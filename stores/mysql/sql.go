@@ -1,21 +1,30 @@
 package mysqlstore
 
 import (
+	"context"
+	"database/sql"
 	"strconv"
 	"strings"
+	"sync"
 )
 
-// The store's SQL. Every statement is a template compiled once, in New:
+// The store's SQL. Most statements are templates compiled once, in New:
 // {{t}} is the backquoted table name and :name marks a value. Values are
 // written into the statement as literals, never interpolated as text:
 // bytes and strings as hexadecimal literals (X'6b31'), integers in
 // decimal, nil as NULL. Only hex digits and decimal digits ever reach the
 // SQL, so no value can change a statement's meaning whatever the
-// connection's character set, SQL mode or driver settings, and every
+// connection's character set, SQL mode or driver settings, and each such
 // statement is one COM_QUERY: one round trip, no server-side prepared
-// statement (nothing counts against max_prepared_stmt_count, nothing to
-// re-prepare after a reconnect).
-
+// statement.
+//
+// The two statements that carry a response (completeSQL and commitSQL)
+// are server-side prepared statements instead, with ? placeholders: the
+// body and headers travel as binary parameters, byte for byte, rather
+// than as hex literals twice their size, so that a response as large as
+// max_allowed_packet allows fits (see Store.MaxResponseSize). The driver
+// sends a large parameter in COM_STMT_SEND_LONG_DATA packets whatever the
+// DSN says (interpolateParams applies to unprepared statements only).
 // recordCols are the columns every read returns, in scan order.
 const recordCols = "fingerprint, state, status, headers, body, body_omitted, created_at, lease_end, expires_at"
 
@@ -66,14 +75,21 @@ const (
 	takeTaken    = 2
 )
 
-// completeSQL turns a held claim into a completed record. Setting state
-// from 1 to 2 always changes the row, so the affected-rows count is 1
-// exactly when the claim was held, with or without CLIENT_FOUND_ROWS. The
-// lease end is not checked: a claim nobody took over is its token's until
-// then.
-const completeSQL = "UPDATE {{t}} SET state = 2, status = :status, headers = :headers, body = :body, body_omitted = :omitted,\n" +
-	"    lease_end = NULL, expires_at = :expires\n" +
-	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
+// completeSQL turns a held claim into a completed record. It is a
+// prepared statement; its parameters are status, headers, body,
+// body_omitted, expires_at, scope, key and token. Setting state from 1 to
+// 2 always changes the row, so the affected-rows count is 1 exactly when
+// the claim was held, with or without CLIENT_FOUND_ROWS. The lease end is
+// not checked: a claim nobody took over is its token's until then.
+//
+// The values compared with binary columns are CAST to binary: the driver
+// types []byte parameters as strings in the connection's character set,
+// and a binary comparison both compares bytes and lets the primary key
+// serve the lookup. The values stored into BLOB columns are assigned as
+// they are, which stores their bytes unchanged.
+const completeSQL = "UPDATE {{t}} SET state = 2, status = ?, headers = ?, body = ?, body_omitted = ?,\n" +
+	"    lease_end = NULL, expires_at = ?\n" +
+	"WHERE scope = CAST(? AS BINARY) AND `key` = CAST(? AS BINARY) AND token = CAST(? AS BINARY) AND state = 1"
 
 // extendSQL moves a held claim's lease. The new lease end may equal the
 // old one, which changes nothing, so a matched row is marked with
@@ -133,7 +149,8 @@ const watchSQL = "SELECT scope, `key`, token, state FROM {{t}} WHERE (scope, `ke
 
 // queries holds the store's statements for one table.
 type queries struct {
-	selectRecord, take, complete, extend, release, delete, evict, get, expired, deleteExpired, watch stmt
+	selectRecord, take, extend, release, delete, evict, get, expired, deleteExpired, watch stmt
+	complete                                                                               string // prepared: ? placeholders
 }
 
 func newQueries(table string) queries {
@@ -141,7 +158,6 @@ func newQueries(table string) queries {
 	return queries{
 		selectRecord:  compile(selectSQL, t, "scope", "key"),
 		take:          compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease"),
-		complete:      compile(completeSQL, t, "scope", "key", "token", "status", "headers", "body", "omitted", "now", "expires"),
 		extend:        compile(extendSQL, t, "scope", "key", "token", "lease"),
 		release:       compile(releaseSQL, t, "scope", "key", "token"),
 		delete:        compile(deleteSQL, t, "scope", "key"),
@@ -150,6 +166,7 @@ func newQueries(table string) queries {
 		expired:       compile(expiredSQL, t, "now", "limit"),
 		deleteExpired: compile(deleteExpiredSQL, t, "in", "now", "limit"),
 		watch:         compile(watchSQL, t, "in"),
+		complete:      strings.ReplaceAll(completeSQL, "{{t}}", t),
 	}
 }
 
@@ -289,4 +306,47 @@ func pairList(scopes, keys []string) literal {
 		b = append(b, ')')
 	}
 	return literal(b)
+}
+
+// lazyStmt is a server-side prepared statement on the store's pool,
+// prepared at its first use (the table may not exist when New runs) and
+// then on each connection that runs it, by database/sql.
+type lazyStmt struct {
+	query  string
+	mu     sync.Mutex
+	st     *sql.Stmt
+	closed bool
+}
+
+// get returns the statement, preparing it on first use; done releases
+// it. Preparing takes a connection from db's pool, so a caller that holds
+// one (a transaction) must have called get before taking it, or a pool
+// that its transactions fill would never give one. After close, get
+// prepares a statement for this call only, which done closes.
+func (l *lazyStmt) get(ctx context.Context, db *sql.DB) (st *sql.Stmt, done func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.st != nil {
+		return l.st, func() {}, nil
+	}
+	st, err = db.PrepareContext(ctx, l.query)
+	if err != nil {
+		return nil, nil, err
+	}
+	if l.closed {
+		return st, func() { st.Close() }, nil
+	}
+	l.st = st
+	return st, func() {}, nil
+}
+
+// close closes the statement on every connection it was prepared on.
+func (l *lazyStmt) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.st != nil {
+		l.st.Close()
+		l.st = nil
+	}
 }

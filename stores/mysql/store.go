@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,15 @@ const (
 	// longer one is kept as its first maxScope bytes and its SHA-256.
 	maxScope = 512
 )
+
+// packetReserve is what a completion's statement needs besides the body
+// and the headers: the scope (at most 544 bytes as stored), key and token
+// (255 each), the other values and the protocol's framing, about 1.2 KiB
+// at most, with room to spare.
+const packetReserve = 4 << 10
+
+// startTimeout bounds New's questions to the server.
+const startTimeout = 5 * time.Second
 
 // maxClaimAttempts bounds how often Claim starts over after losing a race
 // (see the package doc). Each new attempt needs a concurrent writer to
@@ -118,10 +128,13 @@ func WithLogger(l *slog.Logger) Option {
 // claim adds one write. See the package doc for the statements and the
 // race argument.
 type Store struct {
-	db    *sql.DB
-	table string
-	q     queries
-	cfg   config
+	db     *sql.DB
+	table  string
+	q      queries
+	cfg    config
+	packet int // the server's max_allowed_packet, read by New
+
+	complete lazyStmt
 
 	ctx    context.Context // cancelled by Close; parent of background work
 	cancel context.CancelFunc
@@ -143,9 +156,15 @@ var (
 )
 
 // New returns a Store that keeps its records in db, which must run in
-// autocommit mode (the default). It does not touch the database: create
-// the table with CreateSchema or with the SQL from Schema. It fails only
-// on a bad argument or option, with an error wrapping ErrBadOption.
+// autocommit mode (the default). New asks the server, once, for its
+// max_allowed_packet (see MaxResponseSize) and checks that the
+// connection's character_set_client and character_set_connection agree
+// (they do unless a session sets one without the other; otherwise the
+// server would convert the bytes of stored bodies). It waits at most 5
+// seconds: a server that does not answer makes New fail with an error
+// that says so. It does not need the table: create it with CreateSchema
+// or with the SQL from Schema. A bad argument or option makes it fail
+// with an error wrapping ErrBadOption, before it touches the database.
 // The background sweeper starts at once; call Close to stop it and the
 // watch poller. Close does not close db.
 //
@@ -178,8 +197,14 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
+	packet, err := serverSettings(db)
+	if err != nil {
+		return nil, err
+	}
+	q := newQueries(cfg.table)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{db: db, table: cfg.table, q: newQueries(cfg.table), cfg: cfg, ctx: ctx, cancel: cancel}
+	s := &Store{db: db, table: cfg.table, q: q, cfg: cfg, packet: packet, ctx: ctx, cancel: cancel,
+		complete: lazyStmt{query: q.complete}}
 	if cfg.sweepInterval > 0 {
 		s.wg.Go(func() {
 			if err := s.Sweep(ctx, cfg.sweepInterval); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
@@ -190,11 +215,44 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// serverSettings reads max_allowed_packet and checks the character sets,
+// waiting at most startTimeout.
+func serverSettings(db *sql.DB) (packet int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	var client, conn string
+	err = db.QueryRowContext(ctx, "SELECT @@max_allowed_packet, @@character_set_client, @@character_set_connection").Scan(&packet, &client, &conn)
+	switch {
+	case ctx.Err() != nil:
+		return 0, fmt.Errorf("mysqlstore: the server did not answer within %v when asked for max_allowed_packet: %w", startTimeout, err)
+	case err != nil:
+		return 0, fmt.Errorf("mysqlstore: asking the server for max_allowed_packet: %w", err)
+	case client != conn:
+		return 0, fmt.Errorf("%w: character_set_client is %s but character_set_connection is %s, so the server would convert the bytes the store sends as parameters (response bodies); set both, with SET NAMES or the DSN's charset parameter", errCharset, client, conn)
+	}
+	return packet, nil
+}
+
+var errCharset = errors.New("mysqlstore: the connection's character sets disagree")
+
+// MaxResponseSize returns the largest response the store keeps in full:
+// its body and its headers in the store's encoding (idem.AppendHeader),
+// together. It is the server's max_allowed_packet, read by New, less
+// 4 KiB for the rest of the statement. A larger response is stored as
+// the engine stores one over its cap (idem.Response.WithoutBody): status
+// and headers, marked as without body, so that retries replay it instead
+// of running the handler again; the store logs a warning. To keep every
+// body the engine keeps, set idem.WithMaxResponseBody below it, less room
+// for headers. A server whose max_allowed_packet is lowered later takes
+// effect for the store at its next New.
+func (s *Store) MaxResponseSize() int { return max(s.packet-packetReserve, 0) }
+
 // Table returns the name of the store's table.
 func (s *Store) Table() string { return s.table }
 
 // Close stops the background sweeper and the watch poller and waits for
-// them. It does not close the DB. The store's other methods keep working;
+// them, and closes the store's prepared statement. It does not close the
+// DB. The store's other methods keep working;
 // Watch and Sweep return ErrClosed. Close is safe to call more than once.
 func (s *Store) Close() error {
 	s.once.Do(func() {
@@ -203,6 +261,7 @@ func (s *Store) Close() error {
 		s.cancel()
 		s.watch.mu.Unlock()
 		s.wg.Wait()
+		s.complete.close()
 	})
 	return nil
 }
@@ -268,38 +327,77 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 	return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
 }
 
-// Complete implements idem.Store in one statement.
+// Complete implements idem.Store in one statement, a prepared one whose
+// body and headers travel as binary parameters. A response larger than
+// MaxResponseSize is stored without its body.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
-	q, err := s.completeSQL(scope, key, token, resp, now, expiresAt)
+	args, err := s.completion(scope, key, token, resp, expiresAt)
 	if err != nil {
 		return err
 	}
-	n, err := s.exec(ctx, q)
+	st, done, err := s.complete.get(ctx, s.db)
 	if err != nil {
 		return fmt.Errorf("mysqlstore: complete: %w", err)
 	}
-	if n != 1 {
-		return idem.ErrLeaseLost
+	defer done()
+	for i := 1; ; i++ {
+		res, err := st.ExecContext(ctx, args...)
+		if deadlock(err) && i < maxClaimAttempts {
+			deadlockRetries.Add(1)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("mysqlstore: complete: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return idem.ErrLeaseLost
+		}
+		s.wake(scope, key)
+		return nil
 	}
-	s.wake(scope, key)
-	return nil
 }
 
-// completeSQL renders completeSQL for a response, refusing one that does
-// not fit the columns.
-func (s *Store) completeSQL(scope, key, token string, resp idem.Response, now, expiresAt time.Time) (string, error) {
+// completion checks a response and returns the parameters of completeSQL
+// for it. A response larger than
+// MaxResponseSize is replaced by its WithoutBody, and a warning logged.
+func (s *Store) completion(scope, key, token string, resp idem.Response, expiresAt time.Time) ([]any, error) {
 	if resp.Status < idem.MinStatus || resp.Status > idem.MaxStatus {
-		return "", fmt.Errorf("mysqlstore: complete: status %d is not %d to %d", resp.Status, idem.MinStatus, idem.MaxStatus)
+		return nil, fmt.Errorf("mysqlstore: complete: status %d is not %d to %d", resp.Status, idem.MinStatus, idem.MaxStatus)
 	}
-	var header []byte // NULL for a nil header
-	if resp.Header != nil {
-		header = idem.AppendHeader(nil, resp.Header)
-		if len(header) > maxHeaders {
-			return "", fmt.Errorf("mysqlstore: complete: %d bytes of headers do not fit a MEDIUMBLOB", len(header))
+	header, err := encodeHeader(resp.Header)
+	if err != nil {
+		return nil, err
+	}
+	if room := s.MaxResponseSize(); len(resp.Body)+len(header) > room {
+		size := len(resp.Body) + len(header)
+		resp = resp.WithoutBody()
+		if header, err = encodeHeader(resp.Header); err != nil {
+			return nil, err
 		}
+		if len(header) > room {
+			return nil, fmt.Errorf("mysqlstore: complete: %d bytes of headers do not fit the %d bytes that max_allowed_packet (%d) leaves", len(header), room, s.packet)
+		}
+		s.cfg.logger.Warn("mysqlstore: a response larger than max_allowed_packet allows is stored without its body; retries replay its status and headers",
+			"table", s.table, "size", size, "max", room)
 	}
-	return s.q.complete.render(scopeKey(scope), key, token, resp.Status, header, resp.Body, resp.BodyOmitted,
-		floorMicro(now).UnixMicro(), ceilMicro(expiresAt).UnixMicro()), nil
+	var body []byte
+	if !resp.BodyOmitted {
+		body = resp.Body // NULL for a nil body
+	}
+	return []any{int64(resp.Status), header, body, resp.BodyOmitted, ceilMicro(expiresAt).UnixMicro(),
+		scopeKey(scope), key, token}, nil
+}
+
+// encodeHeader returns h in the store's encoding, nil (NULL) for a nil h.
+func encodeHeader(h http.Header) ([]byte, error) {
+	if h == nil {
+		return nil, nil
+	}
+	b := idem.AppendHeader(nil, h)
+	if len(b) > maxHeaders {
+		return nil, fmt.Errorf("mysqlstore: complete: %d bytes of headers do not fit a MEDIUMBLOB", len(b))
+	}
+	return b, nil
 }
 
 // Release implements idem.Store in one statement.

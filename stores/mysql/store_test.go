@@ -384,11 +384,17 @@ func TestNewOptions(t *testing.T) {
 	if _, err := New(nil); !errors.Is(err, ErrBadOption) {
 		t.Errorf("New(nil) = %v, want ErrBadOption", err)
 	}
-	s, err := New(db, nil, WithLogger(nil), WithSweepInterval(0), nil)
+	// A good configuration on a server that is not there fails for that
+	// reason alone, saying so.
+	if _, err := New(db, WithSweepInterval(0)); err == nil || errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), "max_allowed_packet") {
+		t.Errorf("New on an unreachable server = %v, want an error that it could not ask the server", err)
+	}
+	live := newDB(t, 1)
+	s, err := New(live, nil, WithLogger(nil), WithSweepInterval(0), nil)
 	if err != nil {
 		t.Fatalf("nil options: %v", err)
 	}
-	if s.Table() != DefaultTable || s.db != db {
+	if s.Table() != DefaultTable || s.db != live {
 		t.Errorf("table %q", s.Table())
 	}
 	s.Close()
@@ -459,6 +465,19 @@ func TestDriverAndSessionSettings(t *testing.T) {
 				t.Fatal(ok, err)
 			}
 		})
+	}
+}
+
+// New refuses a connection whose character_set_client and
+// character_set_connection differ: the server would convert the bytes of
+// the bodies the store sends as parameters.
+func TestCharsetMismatch(t *testing.T) {
+	db := newDB(t, 1, func(c *mysql.Config) { c.Params = map[string]string{"character_set_connection": "latin1"} })
+	if s, err := New(db, WithTable(randomTable()), WithSweepInterval(0)); !errors.Is(err, errCharset) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("New = %v, want the character set error", err)
 	}
 }
 

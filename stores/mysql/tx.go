@@ -77,6 +77,12 @@ func Tx(ctx context.Context) *sql.Tx {
 // transaction outlives it (database/sql would otherwise roll it back when
 // the engine's store timeout ends).
 func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string) (idem.Tx, error) {
+	// Prepare the completion before taking a connection: preparing takes
+	// one of its own (see lazyStmt.get).
+	st, done, err := s.complete.get(ctx, s.db)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: begin: %w", err)
+	}
 	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
 	var opts *sql.TxOptions
@@ -91,9 +97,10 @@ func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string
 	}
 	if err != nil {
 		cancel()
+		done()
 		return nil, fmt.Errorf("mysqlstore: begin: %w", err)
 	}
-	return &txn{s: s.Store, tx: tx, cancel: cancel, scope: scope, key: key, token: token}, nil
+	return &txn{s: s.Store, tx: tx, cancel: cancel, stmt: st, stmtDone: done, scope: scope, key: key, token: token}, nil
 }
 
 // txn is the idem.Tx an ExactlyOnceStore hands the engine.
@@ -101,6 +108,8 @@ type txn struct {
 	s                 *Store
 	tx                *sql.Tx
 	cancel            context.CancelFunc // ends the transaction's context
+	stmt              *sql.Stmt          // completeSQL, prepared on the pool
+	stmtDone          func()
 	scope, key, token string
 	done              bool
 }
@@ -111,7 +120,8 @@ func (t *txn) Context(parent context.Context) context.Context {
 }
 
 // Commit completes the record inside the transaction, with the same token
-// check as Store.Complete, and commits. On idem.ErrLeaseLost it rolls back
+// check as Store.Complete, and commits. A response larger than
+// MaxResponseSize is stored without its body. On idem.ErrLeaseLost it rolls back
 // and commits nothing. A transaction the handler ended with Commit or
 // Rollback is failed: an answer of 400 or more is then stored on its own
 // (token-checked), one below 400 is refused.
@@ -121,12 +131,15 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	}
 	t.done = true
 	defer t.cancel()
-	q, err := t.s.completeSQL(t.scope, t.key, t.token, resp, now, expiresAt)
+	defer t.stmtDone()
+	args, err := t.s.completion(t.scope, t.key, t.token, resp, expiresAt)
 	if err != nil {
 		t.end(ctx, t.tx.Rollback) //nolint:errcheck // the error above is the one to report
 		return err
 	}
-	res, err := t.tx.ExecContext(ctx, q)
+	st := t.tx.StmtContext(ctx, t.stmt)
+	res, err := st.ExecContext(ctx, args...)
+	st.Close()
 	if errors.Is(err, sql.ErrTxDone) {
 		if resp.Status < 400 {
 			return fmt.Errorf("mysqlstore: commit: %w", errTxFailed)
@@ -165,6 +178,7 @@ func (t *txn) Rollback(ctx context.Context) error {
 	}
 	t.done = true
 	defer t.cancel()
+	defer t.stmtDone()
 	if err := ignoreDone(t.end(ctx, t.tx.Rollback)); err != nil {
 		return fmt.Errorf("mysqlstore: rollback: %w", err)
 	}
