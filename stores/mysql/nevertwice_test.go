@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	idem "github.com/idemkit/idem/core"
 )
 
@@ -170,6 +172,102 @@ func (a *app) ranOnce(t *testing.T, key string, orders bool) {
 	}
 }
 
+// TestExactlyOnceSaturatedPool: as many connections as requests in
+// flight, a short lease and handlers that span several heartbeats. The
+// handlers' transactions hold every connection, so a heartbeat that needs
+// one of its own never gets it; the claim must be kept without it, and
+// every request commits once, with no failed commit.
+func TestExactlyOnceSaturatedPool(t *testing.T) {
+	const inFlight = 4
+	f := newTxFixture(t, newDB(t, inFlight))
+	a := newApp(t, f, f.s, idem.WithLease(900*time.Millisecond))
+	replies := make([]reply, inFlight)
+	var wg sync.WaitGroup
+	for i := range inFlight {
+		wg.Go(func() { replies[i] = a.post("sat-"+strconv.Itoa(i), 64, 1500*time.Millisecond) })
+	}
+	wg.Wait()
+	for i, r := range replies {
+		key := "sat-" + strconv.Itoa(i)
+		if r.err != nil || r.code != http.StatusCreated || !bytes.Equal(r.body, bodyFor(key, 64)) {
+			t.Errorf("request %s: %v, want 201 with its body", key, r)
+			continue
+		}
+		if again := a.post(key, 64, 0); again.code != http.StatusCreated || !again.replayed() || !bytes.Equal(again.body, r.body) {
+			t.Errorf("retry of %s: %v, want the replay", key, again)
+		}
+		a.ranOnce(t, key, true)
+	}
+	if n := a.commitErrs.Load(); n != 0 {
+		t.Errorf("%d commits failed (last: %v)", n, a.lastErr.Load())
+	}
+}
+
+// TestHeldClaimNeverWaits: while a transaction holds its claim, past its
+// lease end and past the time a sweeper may remove an abandoned claim, a
+// duplicate's Claim answers the in-progress record at once, the watch
+// poller does not report the key free, DeleteExpired leaves it, and none
+// of them waits for the transaction's lock. The transaction then commits.
+func TestHeldClaimNeverWaits(t *testing.T) {
+	s := newStore(t, newDB(t, 8), WithSweepInterval(0)).ExactlyOnce()
+	c := claimAt("held", "fp", "tok", t0, time.Minute)
+	if res, err := s.Claim(t.Context(), c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	tx, err := s.BeginTx(t.Context(), c.Scope, c.Key, c.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(t.Context())
+	if h, ok := tx.(idem.ClaimHolder); !ok || !h.HoldsClaim() {
+		t.Error("the transaction does not report that it holds its claim (idem.ClaimHolder)")
+	}
+	later := t0.Add(time.Hour) // the lease ended at t0+1m; a sweeper may drop an abandoned claim from t0+2m
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+
+	res, err := s.Claim(ctx, claimAt("held", "fp", "other", later, time.Minute))
+	switch {
+	case err != nil:
+		t.Errorf("a duplicate's Claim while the transaction holds the key: %v", err)
+	case res.Acquired:
+		t.Error("a duplicate's Claim took over a key that a live transaction holds")
+	case res.Existing.State != idem.StateInProgress:
+		t.Errorf("a duplicate's Claim returned %+v, want the in-progress record", res.Existing)
+	}
+
+	ch, stop, err := s.Watch(ctx, c.Scope, c.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	s.pollOnce()
+	s.pollOnce()
+	select {
+	case <-ch:
+		t.Error("the watch poller reported the held key free")
+	default:
+	}
+
+	if n, err := s.DeleteExpired(ctx, later); err != nil || n != 0 {
+		t.Errorf("DeleteExpired while the transaction holds the key: %d, %v; want 0 rows removed", n, err)
+	}
+
+	resp := idem.Response{Status: 201, Body: []byte("held")}
+	if err := tx.Commit(ctx, resp, later.Add(time.Second), later.Add(time.Hour)); err != nil {
+		t.Fatalf("Commit of the held claim: %v", err)
+	}
+	rec, ok, err := s.Get(ctx, c.Scope, c.Key, later.Add(2*time.Second))
+	if err != nil || !ok || rec.State != idem.StateCompleted || string(rec.Response.Body) != "held" {
+		t.Fatalf("record after Commit: %+v %v %v", rec, ok, err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Error("the completion did not wake the watcher")
+	}
+}
+
 // TestLargeResponse: a response whose body and headers fit the server's
 // max_allowed_packet is stored in full, up to the byte; a larger one is
 // stored without its body (as the engine stores a response over its
@@ -289,5 +387,251 @@ func TestLargeResponseThroughEngine(t *testing.T) {
 				t.Errorf("%d commits failed (last: %v)", n, a.lastErr.Load())
 			}
 		})
+	}
+}
+
+// deadlockApp is an exactly-once engine in front of a handler that adds
+// one to account X-First, waits until every handler of the round has done
+// so, then adds one to account X-Second. Two requests with crossed
+// accounts deadlock, and InnoDB rolls one transaction back. The handler
+// ignores the error, as a careless one would, optionally writes a log row
+// after it, and answers 201.
+type deadlockApp struct {
+	f        txFixture
+	accounts string
+	logs     string
+	srv      *httptest.Server
+	barrier  sync.WaitGroup
+	mu       sync.Mutex
+	victims  []string
+	runs     map[string]int
+	commits  []error // the errors of failed commits
+}
+
+func newDeadlockApp(t *testing.T, carryOn bool) *deadlockApp {
+	t.Helper()
+	f := newTxFixture(t, newDB(t, 8))
+	d := &deadlockApp{f: f, accounts: randomTable(), logs: randomTable(), runs: map[string]int{}}
+	t.Cleanup(func() { dropTable(t, d.accounts); dropTable(t, d.logs) })
+	for _, q := range []string{
+		"CREATE TABLE " + quoteIdent(d.accounts) + " (id INT PRIMARY KEY, n INT NOT NULL) ENGINE = InnoDB",
+		"INSERT INTO " + quoteIdent(d.accounts) + " VALUES (1, 0), (2, 0)",
+		"CREATE TABLE " + quoteIdent(d.logs) + " (ref VARCHAR(64) NOT NULL) ENGINE = InnoDB",
+	} {
+		if _, err := f.s.db.ExecContext(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, err := idem.New(f.s, idem.WithLogger(quietLog), idem.WithStoreObserver(func(_ context.Context, op idem.StoreOp, _ time.Duration, err error) {
+		if op == idem.StoreCommit && err != nil {
+			d.mu.Lock()
+			d.commits = append(d.commits, err)
+			d.mu.Unlock()
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.srv = httptest.NewServer(e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		d.mu.Lock()
+		d.runs[key]++
+		d.mu.Unlock()
+		tx := Tx(r.Context())
+		add := "UPDATE " + quoteIdent(d.accounts) + " SET n = n + 1 WHERE id = ?"
+		if _, err := tx.ExecContext(r.Context(), add, r.Header.Get("X-First")); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if r.Header.Get("X-Barrier") != "" {
+			d.barrier.Done()
+			d.barrier.Wait()
+		}
+		if _, err := tx.ExecContext(r.Context(), add, r.Header.Get("X-Second")); err != nil {
+			var me *mysql.MySQLError
+			if !errors.As(err, &me) || me.Number != 1213 {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			d.mu.Lock()
+			d.victims = append(d.victims, key)
+			d.mu.Unlock()
+			if carryOn {
+				// After the rollback this statement runs outside any
+				// transaction unless the store prevents it.
+				tx.ExecContext(r.Context(), "INSERT INTO "+quoteIdent(d.logs)+" VALUES (?)", key)
+			}
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "done "+key)
+	})))
+	t.Cleanup(d.srv.Close)
+	return d
+}
+
+func (d *deadlockApp) post(key, first, second string, barrier bool) reply {
+	req, _ := http.NewRequest("POST", d.srv.URL+"/transfer", nil)
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("X-First", first)
+	req.Header.Set("X-Second", second)
+	if barrier {
+		req.Header.Set("X-Barrier", "1")
+	}
+	resp, err := d.srv.Client().Do(req)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return reply{code: resp.StatusCode, body: b, header: resp.Header, err: err}
+}
+
+func (d *deadlockApp) balance(t *testing.T, id int) int {
+	t.Helper()
+	var n int
+	if err := d.f.s.db.QueryRowContext(t.Context(), "SELECT n FROM "+quoteIdent(d.accounts)+" WHERE id = ?", id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestDeadlockVictim: two requests' transactions deadlock and InnoDB rolls
+// one back entirely. That request's handler carries on and answers 201;
+// its record must not say 201 while its writes are gone. It gets a 5xx
+// and its key is released, so the retry runs it again, and in the end
+// every transfer happened exactly once. With carryOn, a statement the
+// handler runs after the rollback must not commit either.
+func TestDeadlockVictim(t *testing.T) {
+	for _, carryOn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("carry on %v", carryOn), func(t *testing.T) {
+			d := newDeadlockApp(t, carryOn)
+			d.barrier.Add(2)
+			replies := map[string]reply{}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for key, acc := range map[string][2]string{"a": {"1", "2"}, "b": {"2", "1"}} {
+				wg.Go(func() {
+					r := d.post(key, acc[0], acc[1], true)
+					mu.Lock()
+					replies[key] = r
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			if len(d.victims) != 1 {
+				t.Fatalf("%d deadlock victims (%v), want one; replies %v", len(d.victims), d.victims, replies)
+			}
+			victim := d.victims[0]
+			survivor := map[string]string{"a": "b", "b": "a"}[victim]
+			t.Logf("victim %s: %v; survivor %s: %v", victim, replies[victim], survivor, replies[survivor])
+			if r := replies[survivor]; r.code != http.StatusCreated {
+				t.Errorf("the survivor %s answered %v, want 201", survivor, r)
+			}
+			if r := replies[victim]; r.code < 500 {
+				t.Errorf("the deadlock victim %s answered %v, but InnoDB rolled its writes back: want a 5xx", victim, r)
+			}
+			if len(d.commits) != 1 || !errors.Is(d.commits[0], ErrRolledBack) || errors.Is(d.commits[0], idem.ErrLeaseLost) {
+				t.Errorf("failed commits %v, want one, the victim's, saying the server rolled it back (ErrRolledBack), not a lost claim", d.commits)
+			}
+			rec, ok, err := d.f.s.Get(t.Context(), idem.Scope("", "POST", ""), victim, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				t.Errorf("the victim's record is %v with status %v, want its key released", rec.State, rec.Response)
+			}
+			var logged int
+			if err := d.f.s.db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(d.logs)).Scan(&logged); err != nil {
+				t.Fatal(err)
+			}
+			if logged != 0 {
+				t.Errorf("%d log rows written after the rollback committed on their own", logged)
+			}
+			// The retry runs the victim again, alone, and replays after.
+			acc := map[string][2]string{"a": {"1", "2"}, "b": {"2", "1"}}[victim]
+			if r := d.post(victim, acc[0], acc[1], false); r.code != http.StatusCreated || r.replayed() {
+				t.Errorf("the victim's retry: %v, want a fresh 201", r)
+			}
+			if r := d.post(victim, acc[0], acc[1], false); r.code != http.StatusCreated || !r.replayed() {
+				t.Errorf("the victim's second retry: %v, want the replay", r)
+			}
+			if b1, b2 := d.balance(t, 1), d.balance(t, 2); b1 != 2 || b2 != 2 {
+				t.Errorf("balances %d and %d, want 2 and 2: each transfer exactly once", b1, b2)
+			}
+		})
+	}
+}
+
+// TestLockWaitTimeout: a handler's statement waits for a lock longer than
+// innodb_lock_wait_timeout. With innodb_rollback_on_timeout OFF (the
+// default) InnoDB rolls back that statement only: the transaction lives,
+// and the handler's answer commits with the writes it did make. With it
+// ON InnoDB rolls the whole transaction back, as for a deadlock: the
+// request gets a 5xx and its key is released. The variable is global and
+// read-only while the server runs, so the test checks whichever the
+// server has.
+func TestLockWaitTimeout(t *testing.T) {
+	db := newDB(t, 4, func(c *mysql.Config) { c.Params = map[string]string{"innodb_lock_wait_timeout": "1"} })
+	var rollbackOnTimeout bool
+	if err := db.QueryRowContext(t.Context(), "SELECT @@innodb_rollback_on_timeout").Scan(&rollbackOnTimeout); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("innodb_rollback_on_timeout = %v", rollbackOnTimeout)
+	f := newTxFixture(t, db)
+	accounts := randomTable()
+	t.Cleanup(func() { dropTable(t, accounts) })
+	for _, q := range []string{
+		"CREATE TABLE " + quoteIdent(accounts) + " (id INT PRIMARY KEY, n INT NOT NULL) ENGINE = InnoDB",
+		"INSERT INTO " + quoteIdent(accounts) + " VALUES (1, 0), (2, 0)",
+	} {
+		if _, err := db.ExecContext(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder := competitor(t, "UPDATE "+quoteIdent(accounts)+" SET n = n WHERE id = 2")
+	defer holder.Rollback()
+	stmtErr := make(chan error, 1)
+	e, err := idem.New(f.s, idem.WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := Tx(r.Context())
+		if _, err := tx.ExecContext(r.Context(), "UPDATE "+quoteIdent(accounts)+" SET n = n + 1 WHERE id = 1"); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, err := tx.ExecContext(r.Context(), "UPDATE "+quoteIdent(accounts)+" SET n = n + 1 WHERE id = 2")
+		stmtErr <- err
+		w.WriteHeader(http.StatusCreated) // the handler ignores the timeout
+	})))
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/x", nil)
+	req.Header.Set("Idempotency-Key", "timeout")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var me *mysql.MySQLError
+	if err := <-stmtErr; !errors.As(err, &me) || me.Number != 1205 {
+		t.Fatalf("the second statement: %v, want a lock wait timeout (1205)", err)
+	}
+	var n1 int
+	if err := db.QueryRowContext(t.Context(), "SELECT n FROM "+quoteIdent(accounts)+" WHERE id = 1").Scan(&n1); err != nil {
+		t.Fatal(err)
+	}
+	_, stored, err := f.s.Get(t.Context(), idem.Scope("", "POST", ""), "timeout", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rollbackOnTimeout {
+		if resp.StatusCode < 500 || stored || n1 != 0 {
+			t.Errorf("rollback on timeout: answer %d, record stored %v, first write kept %v; want a 5xx, no record, no write", resp.StatusCode, stored, n1 != 0)
+		}
+		return
+	}
+	if resp.StatusCode != http.StatusCreated || !stored || n1 != 1 {
+		t.Errorf("statement rollback: answer %d, record stored %v, first write kept %v; want 201 stored with the first write", resp.StatusCode, stored, n1 != 0)
 	}
 }

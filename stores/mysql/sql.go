@@ -66,7 +66,8 @@ const takeSQL = "INSERT INTO {{t}} (scope, `key`, fingerprint, token, state, sta
 	"    body_omitted = IF(LAST_INSERT_ID() = 2, FALSE, body_omitted),\n" +
 	"    created_at   = IF(LAST_INSERT_ID() = 2, :now, created_at),\n" +
 	"    lease_end    = IF(LAST_INSERT_ID() = 2, :lease, lease_end),\n" +
-	"    expires_at   = IF(LAST_INSERT_ID() = 2, :lease, expires_at)"
+	"    expires_at   = IF(LAST_INSERT_ID() = 2, :lease, expires_at),\n" +
+	"    tx_mark      = IF(LAST_INSERT_ID() = 2, NULL, tx_mark)"
 
 // The insert ids takeSQL reports.
 const (
@@ -88,8 +89,51 @@ const (
 // serve the lookup. The values stored into BLOB columns are assigned as
 // they are, which stores their bytes unchanged.
 const completeSQL = "UPDATE {{t}} SET state = 2, status = ?, headers = ?, body = ?, body_omitted = ?,\n" +
-	"    lease_end = NULL, expires_at = ?\n" +
+	"    lease_end = NULL, expires_at = ?, tx_mark = NULL\n" +
 	"WHERE scope = CAST(? AS BINARY) AND `key` = CAST(? AS BINARY) AND token = CAST(? AS BINARY) AND state = 1"
+
+// commitSQL is completeSQL inside an exactly-once transaction: it also
+// requires the transaction's mark (its last parameter), which markSQL
+// wrote when the transaction began. If the server rolled the transaction
+// back (a deadlock), the mark went with it and this matches nothing.
+const commitSQL = completeSQL + " AND tx_mark = CAST(? AS BINARY)"
+
+// markSQL is an exactly-once transaction's first statement: it checks
+// that the claim is still held and writes the transaction's mark, which
+// also takes the row's lock until the transaction ends, so that nothing
+// else changes the record meanwhile.
+const markSQL = "UPDATE {{t}} SET tx_mark = :mark WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
+
+// holderSQL reads what a failed commit needs to tell a lost claim from a
+// transaction the server rolled back.
+const holderSQL = "SELECT token, state, tx_mark FROM {{t}} WHERE scope = :scope AND `key` = :key"
+
+// holdName is the name of the user-level lock (GET_LOCK) an exactly-once
+// transaction holds while it lives, for the record of :scope and :key in
+// this table of this database: the SHA-1 of the database's name, the
+// table's and the SHA-1s of the scope and key, so that it is at most 45
+// characters (the limit is 64) and names differ wherever records do.
+const holdName = "CONCAT('idem.', SHA1(CONCAT_WS(X'00', IFNULL(DATABASE(), ''), :table, SHA1(:scope), SHA1(:key))))"
+
+// holdSQL starts an exactly-once transaction's session: autocommit off,
+// so that a statement the handler runs after the server rolled its
+// transaction back opens a new transaction (which the failed commit rolls
+// back) instead of committing on its own; and the user-level lock that
+// tells other requests' claims the record is held (heldSQL). GET_LOCK
+// with a timeout of 0 never waits; should another session still hold the
+// name (the previous holder's end, racing), claims fall back to the row
+// lock. releaseSQL ends it, after COMMIT or ROLLBACK.
+const holdSQL = "SET autocommit = 0, @idem_hold = GET_LOCK(" + holdName + ", 0)"
+
+// unholdSQL restores the session for the pool.
+const unholdSQL = "SET autocommit = 1, @idem_hold = RELEASE_LOCK(" + holdName + ")"
+
+// heldSQL reports whether a live exactly-once transaction holds the
+// record: IS_USED_LOCK reads the lock table and never waits. A claim asks
+// it before taking over an in-progress record whose lease has ended, so
+// that it answers with the record at once instead of waiting for the
+// transaction's row lock.
+const heldSQL = "SELECT IS_USED_LOCK(" + holdName + ") IS NOT NULL"
 
 // extendSQL moves a held claim's lease. The new lease end may equal the
 // old one, which changes nothing, so a matched row is marked with
@@ -128,45 +172,58 @@ const removable = "(state = 2 AND expires_at <= :now OR state = 1 AND lease_end 
 
 // expiredSQL finds a batch of removable rows with a consistent read of
 // the expires_at index (every removable row has expired): no lock is
-// taken. deleteExpiredSQL then deletes them by primary key.
+// taken. sweepLockSQL and sweepDeleteSQL then delete them by primary key.
 const expiredSQL = "SELECT scope, `key` FROM {{t}} WHERE expires_at <= :now AND " + removable + " ORDER BY expires_at LIMIT :limit"
 
-// deleteExpiredSQL deletes the rows listed in :in, a list of (scope, key)
-// pairs, that are still removable. "expires_at + 0" keeps the optimizer
-// off the expires_at index, so the rows are found and locked through the
-// primary key, in key order, exactly as a claim locks them: a range scan
-// of the secondary index would lock its entries first and deadlock with a
-// takeover that holds the row and moves its entry. A row a claim took
-// over since expiredSQL read it is left alone. The ORDER BY and LIMIT
-// change nothing but satisfy sql_safe_updates and statement-based binary
-// logging.
-const deleteExpiredSQL = "DELETE FROM {{t}} WHERE (scope, `key`) IN (:in)\n" +
+// sweepLockSQL, inside a short transaction, locks the listed rows that
+// are still removable, skipping rows another transaction holds locked (a
+// live exactly-once transaction, or a claim taking the row over): the
+// sweeper never waits for a lock, so it never holds the rest of its batch
+// while waiting. "expires_at + 0" keeps the optimizer off the expires_at
+// index (removable's "expires_at <=" would be a range on it), so the rows
+// are found and locked through the primary key, as a claim locks them.
+// sweepDeleteSQL then deletes the rows it locked.
+const sweepLockSQL = "SELECT scope, `key` FROM {{t}} WHERE (scope, `key`) IN (:in)\n" +
 	"    AND (state = 2 AND expires_at + 0 <= :now OR state = 1 AND lease_end + (lease_end - created_at) <= :now)\n" +
-	"ORDER BY scope, `key` LIMIT :limit"
+	"FOR UPDATE SKIP LOCKED"
+
+// sweepDeleteSQL deletes rows the sweeper's transaction locked. The ORDER
+// BY and LIMIT change nothing but satisfy sql_safe_updates and
+// statement-based binary logging.
+const sweepDeleteSQL = "DELETE FROM {{t}} WHERE (scope, `key`) IN (:in) ORDER BY scope, `key` LIMIT :limit"
 
 // watchSQL reads the state of the watched keys listed in :in.
 const watchSQL = "SELECT scope, `key`, token, state FROM {{t}} WHERE (scope, `key`) IN (:in)"
 
 // queries holds the store's statements for one table.
 type queries struct {
-	selectRecord, take, extend, release, delete, evict, get, expired, deleteExpired, watch stmt
-	complete                                                                               string // prepared: ? placeholders
+	selectRecord, take, extend, release, delete, evict, get stmt
+	mark, holder, hold, unhold, held                        stmt
+	expired, sweepLock, sweepDelete, watch                  stmt
+	complete, commit                                        string // prepared: ? placeholders
 }
 
 func newQueries(table string) queries {
 	t := quoteIdent(table)
 	return queries{
-		selectRecord:  compile(selectSQL, t, "scope", "key"),
-		take:          compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease"),
-		extend:        compile(extendSQL, t, "scope", "key", "token", "lease"),
-		release:       compile(releaseSQL, t, "scope", "key", "token"),
-		delete:        compile(deleteSQL, t, "scope", "key"),
-		evict:         compile(evictSQL, t, "scope", "key", "token"),
-		get:           compile(getSQL, t, "scope", "key", "now"),
-		expired:       compile(expiredSQL, t, "now", "limit"),
-		deleteExpired: compile(deleteExpiredSQL, t, "in", "now", "limit"),
-		watch:         compile(watchSQL, t, "in"),
-		complete:      strings.ReplaceAll(completeSQL, "{{t}}", t),
+		selectRecord: compile(selectSQL, t, "scope", "key"),
+		take:         compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease"),
+		extend:       compile(extendSQL, t, "scope", "key", "token", "lease"),
+		release:      compile(releaseSQL, t, "scope", "key", "token"),
+		delete:       compile(deleteSQL, t, "scope", "key"),
+		evict:        compile(evictSQL, t, "scope", "key", "token"),
+		get:          compile(getSQL, t, "scope", "key", "now"),
+		mark:         compile(markSQL, t, "scope", "key", "token", "mark"),
+		holder:       compile(holderSQL, t, "scope", "key"),
+		hold:         compile(holdSQL, t, "table", "scope", "key"),
+		unhold:       compile(unholdSQL, t, "table", "scope", "key"),
+		held:         compile(heldSQL, t, "table", "scope", "key"),
+		expired:      compile(expiredSQL, t, "now", "limit"),
+		sweepLock:    compile(sweepLockSQL, t, "in", "now"),
+		sweepDelete:  compile(sweepDeleteSQL, t, "in", "limit"),
+		watch:        compile(watchSQL, t, "in"),
+		complete:     strings.ReplaceAll(completeSQL, "{{t}}", t),
+		commit:       strings.ReplaceAll(commitSQL, "{{t}}", t),
 	}
 }
 

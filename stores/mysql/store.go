@@ -26,6 +26,13 @@ var (
 	ErrBadOption = errors.New("mysqlstore: bad option")
 	// ErrClosed means Watch or Sweep was called after Close.
 	ErrClosed = errors.New("mysqlstore: store closed")
+	// ErrRolledBack is wrapped by the error an exactly-once Commit returns
+	// when the server had rolled the request's transaction back on its
+	// own (InnoDB's answer to a deadlock, or to a lock wait timeout with
+	// innodb_rollback_on_timeout): the handler's writes are gone, so the
+	// record is not completed, and the engine answers 500 and releases
+	// the key, as for any failed commit.
+	ErrRolledBack = errors.New("mysqlstore: the server rolled the transaction back (a deadlock, or a lock wait timeout with innodb_rollback_on_timeout); the handler's writes are gone")
 )
 
 // Defaults of the options.
@@ -52,8 +59,8 @@ const (
 
 // packetReserve is what a completion's statement needs besides the body
 // and the headers: the scope (at most 544 bytes as stored), key and token
-// (255 each), the other values and the protocol's framing, about 1.2 KiB
-// at most, with room to spare.
+// (255 each), the transaction's mark, the other values and the protocol's
+// framing, about 1.2 KiB at most, with room to spare.
 const packetReserve = 4 << 10
 
 // startTimeout bounds New's questions to the server.
@@ -122,11 +129,11 @@ func WithLogger(l *slog.Logger) Option {
 // idem.Extender, idem.Evicter, idem.Clock and idem.Notifier; ExactlyOnce
 // returns a view of it that also implements idem.TxBeginner.
 //
-// Every method runs single statements that commit on their own: no
-// transaction or row lock is held while a handler runs. A replay, a 409
-// and a 422 are one consistent read that locks and writes nothing; a new
-// claim adds one write. See the package doc for the statements and the
-// race argument.
+// Every method but the sweeper's runs single statements that commit on
+// their own: no transaction or row lock is held while a handler runs. A
+// replay, a 409 and a 422 are one consistent read that locks and writes
+// nothing; a new claim adds one write. See the package doc for the
+// statements and the race argument.
 type Store struct {
 	db     *sql.DB
 	table  string
@@ -134,7 +141,7 @@ type Store struct {
 	cfg    config
 	packet int // the server's max_allowed_packet, read by New
 
-	complete lazyStmt
+	complete, commit lazyStmt
 
 	ctx    context.Context // cancelled by Close; parent of background work
 	cancel context.CancelFunc
@@ -204,7 +211,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	q := newQueries(cfg.table)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{db: db, table: cfg.table, q: q, cfg: cfg, packet: packet, ctx: ctx, cancel: cancel,
-		complete: lazyStmt{query: q.complete}}
+		complete: lazyStmt{query: q.complete}, commit: lazyStmt{query: q.commit}}
 	if cfg.sweepInterval > 0 {
 		s.wg.Go(func() {
 			if err := s.Sweep(ctx, cfg.sweepInterval); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
@@ -251,7 +258,7 @@ func (s *Store) MaxResponseSize() int { return max(s.packet-packetReserve, 0) }
 func (s *Store) Table() string { return s.table }
 
 // Close stops the background sweeper and the watch poller and waits for
-// them, and closes the store's prepared statement. It does not close the
+// them, and closes the store's prepared statements. It does not close the
 // DB. The store's other methods keep working;
 // Watch and Sweep return ErrClosed. Close is safe to call more than once.
 func (s *Store) Close() error {
@@ -262,6 +269,7 @@ func (s *Store) Close() error {
 		s.watch.mu.Unlock()
 		s.wg.Wait()
 		s.complete.close()
+		s.commit.close()
 	})
 	return nil
 }
@@ -269,8 +277,10 @@ func (s *Store) Close() error {
 // Claim implements idem.Store. It reads the row with one consistent,
 // non-locking SELECT; only when there is no row, or the row is takeable,
 // does it write, with one INSERT ... ON DUPLICATE KEY UPDATE that takes
-// the key or leaves a live row alone. See the package doc for why this is
-// race-safe and deadlock-free.
+// the key or leaves a live row alone. Before it takes over an in-progress
+// record whose lease has ended it asks whether a live exactly-once
+// transaction holds it (heldSQL), and if so answers with the record. See
+// the package doc for why this is race-safe and deadlock-free.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
 	if err := checkLen("key", c.Key, maxKey); err != nil {
 		return idem.ClaimResult{}, err
@@ -299,6 +309,15 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 			if !rec.Takeable(now) {
 				return idem.ClaimResult{Existing: &rec}, nil
 			}
+			if rec.State == idem.StateInProgress {
+				held, err := s.held(ctx, scope, c.Key)
+				if err != nil {
+					return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
+				}
+				if held {
+					return idem.ClaimResult{Existing: &rec}, nil
+				}
+			}
 		}
 		if take == "" {
 			take = s.q.take.render(scope, c.Key, c.Fingerprint, c.Token, now.UnixMicro(), ceilMicro(c.LeaseEnd).UnixMicro())
@@ -325,6 +344,14 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: unexpected outcome of the write (insert id %d, %d rows affected)", id, n)
 	}
 	return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
+}
+
+// held reports whether a live exactly-once transaction holds the record
+// of scope (as stored) and key, without waiting for any lock.
+func (s *Store) held(ctx context.Context, scope, key string) (bool, error) {
+	var held bool
+	err := s.db.QueryRowContext(ctx, s.q.held.render(s.table, scope, key)).Scan(&held)
+	return held, err
 }
 
 // Complete implements idem.Store in one statement, a prepared one whose
@@ -358,7 +385,7 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 }
 
 // completion checks a response and returns the parameters of completeSQL
-// for it. A response larger than
+// for it; those of commitSQL follow with the mark. A response larger than
 // MaxResponseSize is replaced by its WithoutBody, and a warning logged.
 func (s *Store) completion(scope, key, token string, resp idem.Response, expiresAt time.Time) ([]any, error) {
 	if resp.Status < idem.MinStatus || resp.Status > idem.MaxStatus {
@@ -501,8 +528,11 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 // LeaseEnd + (LeaseEnd - CreatedAt)), so that a late completion of a claim
 // nobody took over still lands. It works in batches of at most 1000 rows:
 // a consistent read of the expires_at index finds them, without locking
-// anything, and one DELETE by primary key removes those still removable.
-// It returns how many rows it removed.
+// anything, and a short transaction locks those still removable, skipping
+// any row another transaction holds (SELECT ... FOR UPDATE SKIP LOCKED: a
+// live exactly-once transaction, or a claim taking the row over), and
+// deletes them by primary key. It never waits for a lock. It returns how
+// many rows it removed.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	nowUS := floorMicro(now).UnixMicro()
 	find := s.q.expired.render(nowUS, sweepBatch)
@@ -515,15 +545,44 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		if len(keys) == 0 {
 			return total, nil
 		}
-		n, err := s.exec(ctx, s.q.deleteExpired.render(pairList(scopes, keys), nowUS, len(keys)))
-		total += int(n)
+		n, err := s.deleteBatch(ctx, scopes, keys, nowUS)
+		total += n
 		if err != nil {
 			return total, fmt.Errorf("mysqlstore: delete expired: %w", err)
 		}
-		if len(keys) < sweepBatch {
+		if len(keys) < sweepBatch || n == 0 {
+			// A batch left whole is held by others: the next sweep
+			// tries again, rather than this one finding it forever.
 			return total, nil
 		}
 	}
+}
+
+// deleteBatch deletes, in one transaction, the listed rows that are still
+// removable at nowUS and that no other transaction holds locked.
+func (s *Store) deleteBatch(ctx context.Context, scopes, keys []string, nowUS int64) (int, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
+	rows, err := tx.QueryContext(ctx, s.q.sweepLock.render(pairList(scopes, keys), nowUS))
+	if err != nil {
+		return 0, err
+	}
+	scopes, keys, err = scanPairs(rows)
+	if err != nil || len(keys) == 0 {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, s.q.sweepDelete.render(pairList(scopes, keys), len(keys)))
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return int(n), nil
 }
 
 func (s *Store) expiredBatch(ctx context.Context, q string) (scopes, keys []string, err error) {
@@ -531,6 +590,11 @@ func (s *Store) expiredBatch(ctx context.Context, q string) (scopes, keys []stri
 	if err != nil {
 		return nil, nil, err
 	}
+	return scanPairs(rows)
+}
+
+// scanPairs reads (scope, key) rows and closes them.
+func scanPairs(rows *sql.Rows) (scopes, keys []string, err error) {
 	defer rows.Close()
 	for rows.Next() {
 		var scope, key []byte

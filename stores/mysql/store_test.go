@@ -464,6 +464,33 @@ func TestDriverAndSessionSettings(t *testing.T) {
 			if ok, err := s.Delete(ctx, c.Scope, c.Key); err != nil || ok {
 				t.Fatal(ok, err)
 			}
+			// Exactly-once mode, the clock and eviction, with a body of
+			// every byte value.
+			all := make([]byte, 256)
+			for i := range all {
+				all[i] = byte(i)
+			}
+			c2 := idem.Claim{Scope: c.Scope, Key: "tx'\\", Fingerprint: "f", Token: "t\x00'", Now: t0, LeaseEnd: t0.Add(time.Minute)}
+			if res, err := s.Claim(ctx, c2); err != nil || !res.Acquired {
+				t.Fatal(res, err)
+			}
+			tx, err := s.ExactlyOnce().BeginTx(ctx, c2.Scope, c2.Key, c2.Token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp = idem.Response{Status: 201, Header: http.Header{"B": {string(all)}}, Body: all}
+			if err := tx.Commit(ctx, resp, t0, t0.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := s.Claim(ctx, c2); err != nil || res.Acquired || !reflect.DeepEqual(*res.Existing.Response, resp) {
+				t.Fatalf("replay of the committed record = %+v %v", res.Existing, err)
+			}
+			if _, err := s.Now(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Evict(ctx, c2.Scope, c2.Key, c2.Token); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }
