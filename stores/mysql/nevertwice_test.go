@@ -635,3 +635,127 @@ func TestLockWaitTimeout(t *testing.T) {
 		t.Errorf("statement rollback: answer %d, record stored %v, first write kept %v; want 201 stored with the first write", resp.StatusCode, stored, n1 != 0)
 	}
 }
+
+// TestExactlyOnceMatrix runs the engine in exactly-once mode through
+// every isolation level, with and without heartbeat, on a pool exactly as
+// large as the requests in flight, with a waiting duplicate of every
+// request and responses of every size class: empty, at the engine's cap,
+// over it, at the store's packet limit and over it (not with -short).
+// Every request succeeds, each order commits once, the duplicates and
+// later retries replay, and no commit fails.
+func TestExactlyOnceMatrix(t *testing.T) {
+	packet := serverPacket(t, newDB(t, 1))
+	const engineCap = 1 << 20     // the engine's default
+	limit := packet - 4096 - 1024 // MaxResponseSize, less room for the headers
+	type request struct {
+		key    string
+		size   int
+		big    bool // sent to the engine whose cap is above the packet limit
+		stored bool // replayed with its body
+	}
+	requests := []request{
+		{"empty", 0, false, true},
+		{"at-cap", engineCap, false, true},
+		{"over-cap", engineCap + 1, false, false},
+		{"at-packet-limit", limit, true, true},
+		{"over-packet", packet + 1, true, false},
+	}
+	if testing.Short() {
+		// Writing 16 MiB takes seconds on a small server: -short keeps
+		// the sizes up to the engine's cap.
+		requests = requests[:3]
+	}
+	inFlight := 2 * len(requests) // each with a waiting duplicate
+	for _, iso := range []struct {
+		name    string
+		opts    *sql.TxOptions
+		session string
+	}{
+		{"read committed", &sql.TxOptions{Isolation: sql.LevelReadCommitted}, ""},
+		{"repeatable read", &sql.TxOptions{Isolation: sql.LevelRepeatableRead}, ""},
+		{"serializable", &sql.TxOptions{Isolation: sql.LevelSerializable}, ""},
+		{"server default", &sql.TxOptions{}, ""},
+		{"session serializable", &sql.TxOptions{}, "'SERIALIZABLE'"},
+	} {
+		for _, beat := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/heartbeat %v", iso.name, beat), func(t *testing.T) {
+				db := newDB(t, inFlight, func(c *mysql.Config) {
+					if iso.session != "" {
+						c.Params = map[string]string{"tx_isolation": iso.session}
+					}
+				})
+				f := newTxFixture(t, db)
+				store := f.s.WithTxOptions(*iso.opts)
+				// Writing 16 MiB takes this server seconds, and commits of
+				// smaller responses queue behind it for the redo log: the
+				// store timeout covers that.
+				opts := []idem.Option{idem.WithLease(900 * time.Millisecond), idem.WithWait(30 * time.Second), idem.WithStoreTimeout(time.Minute)}
+				if !beat {
+					opts = append(opts, idem.WithHeartbeat(0))
+				}
+				small := newApp(t, f, store, opts...)
+				big := newApp(t, f, store, append(opts, idem.WithMaxResponseBody(packet+1<<20))...)
+				appFor := func(r request) *app {
+					if r.big {
+						return big
+					}
+					return small
+				}
+				type result struct{ first, dup reply }
+				results := make([]result, len(requests))
+				var wg sync.WaitGroup
+				for i, r := range requests {
+					wg.Go(func() { results[i].first = appFor(r).post(r.key, r.size, time.Second) })
+					wg.Go(func() {
+						time.Sleep(200 * time.Millisecond) // after the first has claimed
+						results[i].dup = appFor(r).post(r.key, r.size, time.Second)
+					})
+				}
+				wg.Wait()
+				for i, r := range requests {
+					want := bodyFor(r.key, r.size)
+					res := results[i]
+					if res.first.code != http.StatusCreated || res.first.replayed() || !bytes.Equal(res.first.body, want) {
+						t.Errorf("%s: first request %v, want a fresh 201 with all %d bytes", r.key, res.first, r.size)
+					}
+					if !replays(res.dup, want, r.stored) {
+						t.Errorf("%s: waiting duplicate %v, want the replay (with its body: %v)", r.key, res.dup, r.stored)
+					}
+					if again := appFor(r).post(r.key, r.size, 0); !replays(again, want, r.stored) {
+						t.Errorf("%s: later retry %v, want the replay (with its body: %v)", r.key, again, r.stored)
+					}
+					small.mu.Lock()
+					big.mu.Lock()
+					runs := small.runs[r.key] + big.runs[r.key]
+					big.mu.Unlock()
+					small.mu.Unlock()
+					if runs != 1 {
+						t.Errorf("%s: the handler ran %d times, want once", r.key, runs)
+					}
+					var n int
+					if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(f.orders)+" WHERE ref = ?", r.key).Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					if n != 1 {
+						t.Errorf("%s: %d orders committed, want one", r.key, n)
+					}
+				}
+				if n := small.commitErrs.Load() + big.commitErrs.Load(); n != 0 {
+					t.Errorf("%d commits failed (last: %v %v)", n, small.lastErr.Load(), big.lastErr.Load())
+				}
+			})
+		}
+	}
+}
+
+// replays reports whether r is the replay of a 201 with body want, or of
+// its status and headers only when the body was not stored.
+func replays(r reply, want []byte, stored bool) bool {
+	if r.err != nil || r.code != http.StatusCreated || !r.replayed() {
+		return false
+	}
+	if stored {
+		return !r.omitted() && bytes.Equal(r.body, want)
+	}
+	return r.omitted() && len(r.body) == 0
+}
