@@ -321,14 +321,15 @@ func (t *txn) end(ctx context.Context, f func() error) error {
 // commit an open transaction, and a closed connection ends the session,
 // its transaction and its lock.
 func (t *txn) finish(ended error) {
+	if t.stmtDone != nil {
+		t.stmtDone()
+		t.stmtDone = nil
+	}
 	if t.conn == nil {
 		return
 	}
 	conn := t.conn
 	t.conn = nil
-	if t.stmtDone != nil {
-		t.stmtDone()
-	}
 	if t.held {
 		err := ignoreDone(ended)
 		if err == nil {
