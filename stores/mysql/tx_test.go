@@ -54,6 +54,9 @@ func (f txFixture) begin(t *testing.T, key string) (idem.Claim, context.Context,
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A test that fails before the transaction ends must not leave it
+	// holding the table's metadata lock when the cleanup drops the table.
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
 	return c, tx.Context(t.Context()), tx
 }
 
