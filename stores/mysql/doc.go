@@ -12,29 +12,43 @@
 //	engine, err := idem.New(store)
 //	defer store.Close()
 //
+// New asks the server for its max_allowed_packet (see "Large responses")
+// and checks that the connection's character_set_client and
+// character_set_connection agree; it waits at most 5 seconds, and a server
+// that does not answer makes it fail with an error that says so. It does
+// not need the table.
+//
 // The DSN needs no particular parameter: times are stored as integers
-// (parseTime does not matter), every value is sent as a hexadecimal
-// literal (interpolateParams, the character set and the SQL mode do not
-// matter), and clientFoundRows is allowed. The connection must run in
-// autocommit mode, the default; CreateSchema checks it. Options:
+// (parseTime does not matter), interpolateParams does not matter (the
+// statements that carry values as parameters are prepared on the server,
+// which the driver never interpolates; every other value is sent as a
+// hexadecimal literal), the SQL mode does not matter, and clientFoundRows
+// is allowed. The connection must run in autocommit mode, the default
+// (CreateSchema checks it), and its character_set_client and
+// character_set_connection must be the same (SET NAMES and the DSN's
+// charset set both; New checks it): the driver sends a response body as a
+// string parameter, which the server would otherwise convert. Options:
 // WithTable, WithSweepInterval, WithWatchInterval and WithLogger.
 //
 // # Schema
 //
 // One table: binary columns for everything the application supplies,
 // primary key (scope, key), an index on expires_at, times in microseconds
-// since the Unix epoch. A scope longer than 512 bytes is kept as its first
-// 512 bytes and its SHA-256, so the primary key stays within InnoDB's
-// limit. Schema returns the CREATE TABLE IF NOT EXISTS for a table name;
-// CreateSchema runs it.
+// since the Unix epoch, and tx_mark, which an exactly-once transaction
+// writes when it starts (see "Exactly-once mode"). A scope longer than 512
+// bytes is kept as its first 512 bytes and its SHA-256, so the primary key
+// stays within InnoDB's limit. Schema returns the CREATE TABLE IF NOT
+// EXISTS for a table name; CreateSchema runs it, and adds tx_mark to a
+// table created before the column existed.
 //
 // # Round trips and locks
 //
-// Every statement commits on its own; no transaction and no row lock is
-// held while a handler runs. A claim reads first and writes only when it
-// must:
+// Every statement of a plain store commits on its own; no transaction and
+// no row lock is held while a handler runs. A claim reads first and
+// writes only when it must:
 //
 //	SELECT ... FROM t WHERE scope = ? AND `key` = ?           -- always
+//	SELECT IS_USED_LOCK(...) IS NOT NULL                       -- only to take over an in-progress claim whose lease ended
 //	INSERT INTO t ... VALUES (...) ON DUPLICATE KEY UPDATE     -- only when the key is free or takeable
 //	    col = IF(LAST_INSERT_ID(IF(<takeable>, 2, 1)) = 2, <new>, col), ...
 //
@@ -47,7 +61,9 @@
 // more where it matters: a stored procedure makes every claim one round
 // trip but every replay pays for the CALL (and needs CREATE ROUTINE, which
 // some MySQL services lack), an upsert first locks the row of every replay.
-// Complete, Release, Extend, Get and Delete are one statement each.
+// Complete, Release, Extend, Evict, Get, Delete and Now are one statement
+// each. Complete is a server-side prepared statement (prepared once per
+// connection, one round trip after that); the others are plain queries.
 //
 // Races are settled by InnoDB row locks:
 //
@@ -65,34 +81,46 @@
 // INSERT takes a shared one: two plain INSERTs racing for a key whose row
 // was just deleted (released, swept) both hold the shared lock and
 // deadlock upgrading it. Every other statement locks at most the one row
-// it names, except the sweeper's DELETE, which locks its batch through the
-// primary key in key order; none locks through the expires_at index (a
-// range scan there would lock index entries before rows, the opposite
-// order of a takeover moving its entry). So claims never deadlock with
-// each other or with the sweeper. Should another application's
+// it names, except the sweeper's, which lock their batch through the
+// primary key and skip rows others hold; none locks through the expires_at
+// index (a range scan there would lock index entries before rows, the
+// opposite order of a takeover moving its entry). So claims never deadlock
+// with each other or with the sweeper. Should another application's
 // transaction on the table make InnoDB pick one of the store's statements
 // as a deadlock victim, it is run again.
 //
-// Claim thus never returns a record that was expired at its now, and at
-// most one caller holds a key at a time, at READ COMMITTED, REPEATABLE
-// READ (the default) or SERIALIZABLE; READ UNCOMMITTED is not supported.
+// Claim thus never returns a record that was expired at its now (except
+// an in-progress record a live exactly-once transaction holds past its
+// lease end), and at most one caller holds a key at a time, at READ
+// COMMITTED, REPEATABLE READ (the default) or SERIALIZABLE; READ
+// UNCOMMITTED is not supported.
 //
 // # Time
 //
-// Every comparison uses the engine's now, passed as a literal; the
-// server's clock is never read. The table keeps microseconds: the
-// engine's now is rounded down and the deadlines it sets are rounded up,
-// so every method judges a deadline the same way.
+// Every comparison uses the now the engine passes, as a literal. The
+// store implements idem.Clock: Now reads the server's time, so the engine
+// aligns that now with the server's clock, and instances whose clocks
+// disagree judge leases alike. Now reads UTC_TIMESTAMP(6), the start of
+// its one-statement SELECT: it is microseconds from the call time
+// (SYSDATE(6)), well within the round trip whose midpoint the engine
+// takes, and needs no time-zone conversion, where SYSDATE(6) is in the
+// session's time zone and turning it back into UTC is ambiguous in the
+// hour a daylight-saving zone falls back. A session that fixes its clock
+// with SET timestamp would freeze it: do not do that on the store's pool.
+// The sweeper deletes by the server's time too. The table keeps
+// microseconds: the engine's now is rounded down and the deadlines it
+// sets are rounded up, so every method judges a deadline the same way.
 //
 // # Notifications
 //
 // For the engine's wait mode the store implements idem.Notifier without
-// LISTEN/NOTIFY, which MySQL lacks: a Complete, Release or Delete through
-// the same Store wakes that process's waiters at once, and one poller per
-// Store reads the watched keys every 100ms (WithWatchInterval) to wake
-// waiters in other processes, so a waiter on another instance replays
-// within about one interval. The poller runs only while there are
-// watches.
+// LISTEN/NOTIFY, which MySQL lacks: a Complete, Release, Evict or Delete
+// through the same Store wakes that process's waiters at once, and one
+// poller per Store reads the watched keys every 100ms (WithWatchInterval)
+// to wake waiters in other processes, so a waiter on another instance
+// replays within about one interval. The poller runs only while there are
+// watches, takes no lock and never waits for one; a lease that ends wakes
+// nobody (the waiter's own polling takes an abandoned claim over).
 //
 // # Exactly-once mode
 //
@@ -101,34 +129,110 @@
 // through Tx(r.Context()) (with Gin, Tx(c.Request.Context()); with Echo,
 // Tx(c.Request().Context())), and the completed record is written in the
 // same transaction, by the same token-checked UPDATE as Complete, and
-// committed before the response is sent. A request whose lease ran out and
-// was taken over never commits its writes. If COMMIT fails, both committed
-// or neither did (a connection lost during COMMIT leaves which one
-// unknown); the engine answers 500 and releases the key, Release never
-// deletes a completed record, and the client's retry learns the real
-// outcome. When the commit happens (a streaming response commits when it
-// starts) is the engine's rule: see "Exactly-once" in package idem.
+// committed before the response is sent. When the commit happens (a
+// streaming response commits when it starts) is the engine's rule: see
+// "Exactly-once" in package idem.
 //
-// Transactions run at READ COMMITTED unless WithTxOptions says otherwise.
-// Under REPEATABLE READ, MariaDB with innodb_snapshot_isolation=ON (the
-// default from 11.6) refuses the completion with error 1020 whenever the
-// engine's heartbeat extended the lease after the handler's first read.
-// READ COMMITTED cannot write when binlog_format is STATEMENT.
+// The transaction holds its claim (idem.ClaimHolder). BeginTx takes one
+// pooled connection for the request, turns autocommit off and takes a
+// user-level lock named after the record (GET_LOCK, which never waits),
+// starts the transaction, and writes a random mark into the record's row
+// (checking the claim's token: a lost claim fails BeginTx with
+// idem.ErrLeaseLost). That write locks the row until the transaction
+// ends. So:
 //
-// Each request in flight holds one pooled connection from BeginTx to the
-// commit or rollback, and its business rows stay locked until then. Size
-// the pool (db.SetMaxOpenConns) for the requests in flight, and run every
-// query of the handler on the transaction.
+//   - Nobody takes the key over while the transaction lives, past its
+//     lease end too: a claim that finds the lease ended asks IS_USED_LOCK,
+//     which never waits, and answers with the in-progress record at once.
+//     The engine sends no heartbeat for the request, and the request needs
+//     no connection but its own, however long the handler runs. The lease
+//     still frees the key of a request whose process died: its connection
+//     closes, the server rolls back and drops both locks.
+//   - Nothing waits for the row lock: replays, 409s, Get and the watch
+//     poller are consistent reads, the sweeper skips locked rows. A
+//     duplicate's claim can wait for it only if the first request claimed
+//     and began its transaction between the duplicate's read and its
+//     write, one round trip; it then waits, within the engine's store
+//     timeout, until the first commits, and replays. Delete (admin) waits
+//     for the transaction.
+//   - The completion requires the mark. If InnoDB rolled the transaction
+//     back on its own, which it does to a deadlock victim (error 1213), and
+//     to a lock wait timeout (1205) when innodb_rollback_on_timeout is ON,
+//     the mark went with the handler's writes, the completion matches
+//     nothing, and Commit returns an error wrapping ErrRolledBack (not
+//     idem.ErrLeaseLost): the engine answers 500 and releases the key, and
+//     the retry runs the handler again. With autocommit off, what the
+//     handler ran after the rollback (it ignored the error, or retried the
+//     statement) is in a new transaction, which Commit rolls back too.
+//     With innodb_rollback_on_timeout OFF (the default), a lock wait
+//     timeout rolls back the one statement: the transaction lives, and
+//     commits with the handler's other writes if it answers a success. A
+//     handler answers 5xx when a statement fails; either way no record
+//     says a success whose writes are gone.
+//
+// Commit and Rollback turn autocommit back on and release the user-level
+// lock, in one statement, before the connection goes back to the pool; a
+// connection whose transaction may still be open is discarded instead. If
+// COMMIT fails, both committed or neither did (a connection lost during
+// COMMIT leaves which one unknown); the engine answers 500 and releases
+// the key, Release never deletes a completed record, and the client's
+// retry learns the real outcome. A host that vanishes without closing its
+// connections (power loss, a partition) keeps its transactions, their
+// locks and so its keys, until the server drops the connection
+// (wait_timeout, or TCP keepalive); so it does for the handler's own rows.
+//
+// Costs: BeginTx is three statements (four with an isolation level),
+// Commit three (the completion, COMMIT, and restoring the session), and no
+// heartbeat. The user-level lock is local to a server: with Galera or
+// group replication writing on several primaries, point the store at one.
+//
+// Isolation: transactions run at READ COMMITTED unless WithTxOptions says
+// otherwise; REPEATABLE READ, SERIALIZABLE and the session's default work
+// alike, since nothing else writes the record while the transaction
+// lives (MariaDB's innodb_snapshot_isolation refuses no completion). READ
+// COMMITTED cannot write when binlog_format is STATEMENT.
+//
+// Pool sizing: each request in flight holds one pooled connection from
+// BeginTx to its commit or rollback, and its business rows stay locked
+// until then; nothing else needs a connection while it runs. A pool
+// (db.SetMaxOpenConns) as large as the requests in flight is enough: a
+// duplicate's claim, a waiter's poll and the sweeper each borrow a
+// connection for one statement or a short transaction, and wait for one
+// within their own deadlines when the pool is full. Run every query of the
+// handler on the transaction.
+//
+// # Large responses
+//
+// Complete sends the body and the headers as binary parameters of a
+// prepared statement, byte for byte (the driver sends a large one in
+// COM_STMT_SEND_LONG_DATA packets), so a response as large as
+// max_allowed_packet allows is stored: MaxResponseSize, the server's
+// max_allowed_packet read by New, less 4 KiB for the rest of the
+// statement, for the body and the encoded headers together (the tests
+// store exactly that much on the real server, with the largest scope, key
+// and token). A larger response is stored as the
+// engine stores one over its cap, with idem.Response.WithoutBody: status
+// and headers, marked as without body, so that retries replay it instead
+// of running the handler again; the store logs a warning. The completion
+// never fails for its size. To keep every body the engine keeps, set
+// idem.WithMaxResponseBody below MaxResponseSize, less room for headers,
+// and an idem.WithStoreTimeout that covers writing the largest body (a
+// small server took seconds to write 16 MiB). A max_allowed_packet the
+// server lowers later takes effect at the store's next New.
 //
 // # Expiry
 //
 // Expired records are never replayed, and a claim takes an expired row
 // over in place. A background sweeper, on by default (WithSweepInterval),
-// deletes expired rows in batches of at most 1000: it finds them with a
-// consistent read of the expires_at index, which locks nothing, and
-// deletes them by primary key, re-checking expiry, so a row a claim took
-// over meanwhile stays. Each batch is one short statement; a claim waits
-// at most for it. DeleteExpired and Sweep run the same by hand.
+// deletes completed records from their expiry and in-progress ones a
+// lease after their lease end (LeaseEnd + (LeaseEnd - CreatedAt)), so that
+// a late completion of a claim nobody took over still lands. It finds them
+// in batches of at most 1000 with a consistent read of the expires_at
+// index, which locks nothing, and deletes them in a short transaction
+// that locks them by primary key with SKIP LOCKED, re-checking expiry: a
+// row a claim took over meanwhile stays, and a row a live transaction
+// holds is left for a later sweep, never waited for. DeleteExpired and
+// Sweep run the same by hand.
 //
 // # Timeouts
 //

@@ -63,12 +63,15 @@ func ExampleStore_ExactlyOnce() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	db.SetMaxOpenConns(50) // one connection per request in flight
+	db.SetMaxOpenConns(50) // one connection per request in flight is enough
 	store, err := mysqlstore.New(db, mysqlstore.WithSweepInterval(10*time.Minute))
 	if err != nil {
 		log.Fatal(err)
 	}
-	engine, err := idem.New(store.ExactlyOnce())
+	// Keep every body the engine keeps: below what max_allowed_packet
+	// lets the store write, less room for headers.
+	engine, err := idem.New(store.ExactlyOnce(),
+		idem.WithMaxResponseBody(min(4<<20, store.MaxResponseSize()-64<<10)))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -24,8 +24,11 @@ func dbAt(t *testing.T, addr string) *sql.DB {
 	})
 }
 
-// A store whose server is unreachable (a closed port, or a peer that
-// accepts and never answers) fails within the caller's deadline.
+// New asks the server for max_allowed_packet: a server that is not there
+// (a closed port, or a peer that accepts and never answers) makes it fail
+// with an error that says so, within its 5-second bound. A store made
+// while the server answered fails each call within the caller's deadline
+// once it stops answering.
 func TestUnreachableFailsPromptly(t *testing.T) {
 	requireMySQL(t)
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
@@ -62,19 +65,41 @@ func TestUnreachableFailsPromptly(t *testing.T) {
 	}()
 
 	for name, addr := range map[string]string{"closed port": closedAddr, "silent peer": silent.Addr().String()} {
-		t.Run(name, func(t *testing.T) {
+		t.Run("New/"+name, func(t *testing.T) {
+			start := time.Now()
 			s, err := New(dbAt(t, addr), WithLogger(quietLog))
-			if err != nil {
-				t.Fatal(err)
+			if err == nil {
+				s.Close()
+				t.Fatal("New succeeded against an unreachable server")
 			}
-			defer s.Close()
+			if d := time.Since(start); d > startTimeout+2*time.Second {
+				t.Fatalf("New took %v to fail", d)
+			}
+			if !strings.Contains(err.Error(), "max_allowed_packet") {
+				t.Errorf("New = %v, want an error that says what it could not ask", err)
+			}
+			t.Logf("New failed in %v: %v", time.Since(start).Round(time.Millisecond), err)
+		})
+	}
+
+	for name, mode := range map[string]conformance.ProxyMode{"refuse": conformance.ProxyDown, "blackhole": conformance.ProxyBlackhole} {
+		t.Run("calls/"+name, func(t *testing.T) {
+			px, s, _ := proxiedStore(t)
+			px.Set(mode)
 			for name, call := range map[string]func(context.Context) error{
 				"claim": func(ctx context.Context) error {
 					_, err := s.Claim(ctx, claimAt("k", "fp", "t", t0, time.Minute))
 					return err
 				},
 				"begin": func(ctx context.Context) error {
-					_, err := s.ExactlyOnce().BeginTx(ctx, "s", "k", "t")
+					tx, err := s.ExactlyOnce().BeginTx(ctx, "s", "k", "t")
+					if err == nil {
+						tx.Rollback(ctx)
+					}
+					return err
+				},
+				"now": func(ctx context.Context) error {
+					_, err := s.Now(ctx)
 					return err
 				},
 			} {

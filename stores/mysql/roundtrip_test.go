@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -35,13 +36,28 @@ func countingDB(t *testing.T, writes *atomic.Int64) func(*mysql.Config) {
 }
 
 // TestRoundTripsPerStep fails if a change adds a round trip: a replay, a
-// 409, a complete, a release, an extend, a get and a delete are one
-// statement each; a claim that takes a key is two (the read, the upsert).
+// 409, a complete, a release, an extend, a get, an evict and a delete are
+// one statement each; a claim that takes a key is two (the read, the
+// upsert), three when it takes over an in-progress claim whose lease
+// ended (it asks whether a transaction holds it first). Complete is a
+// prepared statement: preparing it on the connection costs one more
+// round trip, once.
 func TestRoundTripsPerStep(t *testing.T) {
 	var writes atomic.Int64
 	s := newStore(t, newDB(t, 1, countingDB(t, &writes)), WithSweepInterval(0))
 	ctx := t.Context()
 	scope := claimAt("", "", "", t0, 0).Scope
+	// Prepare the completion on the pool's one connection.
+	if _, err := s.Claim(ctx, claimAt("warm", "fp", "t", t0, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	w0 := writes.Load()
+	if err := s.Complete(ctx, scope, "warm", "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes.Load() - w0; n != 2 {
+		t.Errorf("the first complete took %d round trips, want 2 (prepare, execute)", n)
+	}
 	for _, st := range []struct {
 		name string
 		want int64
@@ -78,6 +94,16 @@ func TestRoundTripsPerStep(t *testing.T) {
 			return err
 		}},
 		{"delete", 1, func() error { _, err := s.Delete(ctx, scope, "a"); return err }},
+		{"claim c", 2, func() error { _, err := s.Claim(ctx, claimAt("c", "fp", "t", t0, time.Minute)); return err }},
+		{"abandoned takeover", 3, func() error {
+			res, err := s.Claim(ctx, claimAt("c", "fp", "v", t0.Add(2*time.Minute), time.Minute))
+			if err == nil && !res.Acquired {
+				t.Error("not acquired")
+			}
+			return err
+		}},
+		{"evict", 1, func() error { return s.Evict(ctx, scope, "c", "v") }},
+		{"now", 1, func() error { _, err := s.Now(ctx); return err }},
 	} {
 		w0 := writes.Load()
 		if err := st.run(); err != nil {
@@ -89,22 +115,25 @@ func TestRoundTripsPerStep(t *testing.T) {
 	}
 }
 
-// TestRoundTripsExactlyOnce: BeginTx is two statements at READ COMMITTED
-// (SET TRANSACTION and START TRANSACTION) and one at the server's default;
-// Commit is two (the completion and COMMIT).
+// TestRoundTripsExactlyOnce: BeginTx is four statements at READ
+// COMMITTED (autocommit off with the user-level lock, SET TRANSACTION,
+// START TRANSACTION, the mark) and three at the server's default; Commit
+// is three (the completion, COMMIT, autocommit on with the lock
+// released). The first BeginTx also prepares the completion.
 func TestRoundTripsExactlyOnce(t *testing.T) {
 	var writes atomic.Int64
 	s := newStore(t, newDB(t, 1, countingDB(t, &writes)), WithSweepInterval(0))
 	ctx := t.Context()
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name  string
 		s     *ExactlyOnceStore
 		begin int64
 	}{
-		{"read committed", s.ExactlyOnce(), 2},
-		{"server default", s.ExactlyOnce().WithTxOptions(sql.TxOptions{}), 1},
+		{"read committed, first", s.ExactlyOnce(), 5},
+		{"read committed", s.ExactlyOnce(), 4},
+		{"server default", s.ExactlyOnce().WithTxOptions(sql.TxOptions{}), 3},
 	} {
-		c := claimAt(tc.name, "fp", "t", t0, time.Minute)
+		c := claimAt(fmt.Sprint("k", i), "fp", "t", t0, time.Minute)
 		if _, err := tc.s.Claim(ctx, c); err != nil {
 			t.Fatal(err)
 		}
@@ -120,8 +149,8 @@ func TestRoundTripsExactlyOnce(t *testing.T) {
 		if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		if n := writes.Load() - w0; n != 2 {
-			t.Errorf("%s: Commit took %d round trips, want 2", tc.name, n)
+		if n := writes.Load() - w0; n != 3 {
+			t.Errorf("%s: Commit took %d round trips, want 3", tc.name, n)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // DefaultTable is the table a Store uses unless WithTable names another.
@@ -45,11 +47,13 @@ func Schema(table string) (string, error) {
 	return strings.ReplaceAll(schemaTemplate, "{{table}}", quoteIdent(table)), nil
 }
 
-// CreateSchema creates the store's table if it does not exist, and checks
+// CreateSchema creates the store's table if it does not exist, adds the
+// tx_mark column to a table created before the column existed, and checks
 // that the connection runs in autocommit mode, which every statement of
 // the store relies on. It is one CREATE TABLE IF NOT EXISTS, which the
-// server serializes on the table's metadata lock, so it is safe to run at
-// every start-up of every instance, concurrently.
+// server serializes on the table's metadata lock, and one look at
+// information_schema (an ALTER TABLE the first time after an upgrade), so
+// it is safe to run at every start-up of every instance, concurrently.
 func (s *Store) CreateSchema(ctx context.Context) error {
 	var autocommit int
 	if err := s.db.QueryRowContext(ctx, "SELECT @@autocommit").Scan(&autocommit); err != nil {
@@ -65,7 +69,31 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, sql); err != nil {
 		return fmt.Errorf("mysqlstore: create schema: %w", err)
 	}
+	if err := s.addTxMark(ctx); err != nil {
+		return fmt.Errorf("mysqlstore: create schema: adding column tx_mark: %w", err)
+	}
 	return nil
+}
+
+// addTxMark adds the tx_mark column to a table that lacks it (one made by
+// an earlier version's schema). A concurrent CreateSchema may add it
+// first: the duplicate column error (1060) then means it is there.
+func (s *Store) addTxMark(ctx context.Context) error {
+	var n int
+	q := "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
+		string(appendLit(nil, s.table)) + " AND COLUMN_NAME = 'tx_mark'"
+	if err := s.db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err := s.db.ExecContext(ctx, "ALTER TABLE "+quoteIdent(s.table)+" ADD COLUMN tx_mark VARBINARY(16) NULL")
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1060 {
+		return nil
+	}
+	return err
 }
 
 var errAutocommit = errors.New("mysqlstore: the connection runs with autocommit off; every statement of the store must commit on its own (remove autocommit=0 from the DSN or the server's init_connect)")

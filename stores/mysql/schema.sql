@@ -9,9 +9,17 @@
 -- padding, NUL and invalid UTF-8 kept. scope is the record's scope, or, for a
 -- scope longer than 512 bytes, its first 512 bytes followed by its SHA-256, so
 -- the primary key stays at most 799 bytes (InnoDB allows 3072). headers are in
--- core's header wire format (idem.AppendHeader). Times are the engine's clock,
--- never the server's, in microseconds since the Unix epoch: lease_end and
--- expires_at are rounded up and "now" down to the microsecond.
+-- core's header wire format (idem.AppendHeader). Times are the engine's "now"
+-- (which the engine aligns with the server's clock), in microseconds since the
+-- Unix epoch: lease_end and expires_at are rounded up and "now" down to the
+-- microsecond.
+--
+-- tx_mark is written by an exactly-once transaction when it starts, and its
+-- completion requires it, so a completion whose transaction the server rolled
+-- back (a deadlock) finds no mark and fails. It is committed only when a
+-- handler ends that transaction itself. A table created before the column
+-- existed gets it from CreateSchema, or from:
+--   ALTER TABLE {{table}} ADD COLUMN tx_mark VARBINARY(16) NULL;
 CREATE TABLE IF NOT EXISTS {{table}} (
     scope        VARBINARY(544) NOT NULL,
     `key`        VARBINARY(255) NOT NULL,
@@ -25,6 +33,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     created_at   BIGINT         NOT NULL,
     lease_end    BIGINT         NULL,      -- NULL once completed
     expires_at   BIGINT         NOT NULL,
+    tx_mark      VARBINARY(16)  NULL,      -- set inside an exactly-once transaction
     PRIMARY KEY (scope, `key`),
     KEY expires_at_idx (expires_at)
 ) ENGINE = InnoDB;

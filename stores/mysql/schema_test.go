@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	idem "github.com/idemkit/idem/core"
 )
 
 func TestTableNameValidation(t *testing.T) {
@@ -34,12 +36,13 @@ func TestTableNameValidation(t *testing.T) {
 		{"tab\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := New(db, WithTable(tc.name), WithSweepInterval(0))
+			// The name is checked before New asks the (here unreachable)
+			// server anything: a good one fails only for the server.
+			_, err := New(db, WithTable(tc.name), WithSweepInterval(0))
 			if tc.ok {
-				if err != nil {
+				if errors.Is(err, ErrBadOption) {
 					t.Fatalf("New(%q) = %v", tc.name, err)
 				}
-				s.Close()
 			} else if !errors.Is(err, ErrBadOption) {
 				t.Fatalf("New(%q) error = %v, want ErrBadOption", tc.name, err)
 			}
@@ -112,5 +115,57 @@ func TestCreateSchemaConcurrent(t *testing.T) {
 			WHERE table_schema = DATABASE() AND table_name = ?`, table).Scan(&idx); err != nil || idx != 2 {
 			t.Fatalf("table %s has %d indexes, want 2 (primary key and expiry): %v", table, idx, err)
 		}
+	}
+}
+
+// A table created by the schema before tx_mark existed gets the column
+// from CreateSchema, concurrently run, and then works in exactly-once
+// mode.
+func TestCreateSchemaAddsTxMark(t *testing.T) {
+	db := newDB(t, 4)
+	ctx := t.Context()
+	table := randomTable()
+	t.Cleanup(func() { dropTable(t, table) })
+	old, err := Schema(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(old, "    tx_mark ")
+	j := i + strings.Index(old[i:], "\n") + 1
+	if i < 0 {
+		t.Fatal("the schema has no tx_mark column")
+	}
+	if _, err := db.ExecContext(ctx, old[:i]+old[j:]); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		s, err := New(db, WithTable(table), WithSweepInterval(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		wg.Go(func() {
+			if err := s.CreateSchema(ctx); err != nil {
+				t.Errorf("CreateSchema on a table without tx_mark: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	s, err := New(db, WithTable(table), WithSweepInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := claimAt("k", "fp", "t", t0, time.Minute)
+	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
+	}
+	tx, err := s.ExactlyOnce().BeginTx(ctx, c.Scope, c.Key, c.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
 	}
 }

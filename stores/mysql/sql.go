@@ -1,21 +1,30 @@
 package mysqlstore
 
 import (
+	"context"
+	"database/sql"
 	"strconv"
 	"strings"
+	"sync"
 )
 
-// The store's SQL. Every statement is a template compiled once, in New:
+// The store's SQL. Most statements are templates compiled once, in New:
 // {{t}} is the backquoted table name and :name marks a value. Values are
 // written into the statement as literals, never interpolated as text:
 // bytes and strings as hexadecimal literals (X'6b31'), integers in
 // decimal, nil as NULL. Only hex digits and decimal digits ever reach the
 // SQL, so no value can change a statement's meaning whatever the
-// connection's character set, SQL mode or driver settings, and every
+// connection's character set, SQL mode or driver settings, and each such
 // statement is one COM_QUERY: one round trip, no server-side prepared
-// statement (nothing counts against max_prepared_stmt_count, nothing to
-// re-prepare after a reconnect).
-
+// statement.
+//
+// The two statements that carry a response (completeSQL and commitSQL)
+// are server-side prepared statements instead, with ? placeholders: the
+// body and headers travel as binary parameters, byte for byte, rather
+// than as hex literals twice their size, so that a response as large as
+// max_allowed_packet allows fits (see Store.MaxResponseSize). The driver
+// sends a large parameter in COM_STMT_SEND_LONG_DATA packets whatever the
+// DSN says (interpolateParams applies to unprepared statements only).
 // recordCols are the columns every read returns, in scan order.
 const recordCols = "fingerprint, state, status, headers, body, body_omitted, created_at, lease_end, expires_at"
 
@@ -57,7 +66,8 @@ const takeSQL = "INSERT INTO {{t}} (scope, `key`, fingerprint, token, state, sta
 	"    body_omitted = IF(LAST_INSERT_ID() = 2, FALSE, body_omitted),\n" +
 	"    created_at   = IF(LAST_INSERT_ID() = 2, :now, created_at),\n" +
 	"    lease_end    = IF(LAST_INSERT_ID() = 2, :lease, lease_end),\n" +
-	"    expires_at   = IF(LAST_INSERT_ID() = 2, :lease, expires_at)"
+	"    expires_at   = IF(LAST_INSERT_ID() = 2, :lease, expires_at),\n" +
+	"    tx_mark      = IF(LAST_INSERT_ID() = 2, NULL, tx_mark)"
 
 // The insert ids takeSQL reports.
 const (
@@ -66,18 +76,71 @@ const (
 	takeTaken    = 2
 )
 
-// completeSQL turns a held claim into a completed record. Setting state
-// from 1 to 2 always changes the row, so the affected-rows count is 1
-// exactly when the claim was held, with or without CLIENT_FOUND_ROWS.
-const completeSQL = "UPDATE {{t}} SET state = 2, status = :status, headers = :headers, body = :body, body_omitted = :omitted,\n" +
-	"    lease_end = NULL, expires_at = :expires\n" +
-	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1 AND lease_end > :now"
+// completeSQL turns a held claim into a completed record. It is a
+// prepared statement; its parameters are status, headers, body,
+// body_omitted, expires_at, scope, key and token. Setting state from 1 to
+// 2 always changes the row, so the affected-rows count is 1 exactly when
+// the claim was held, with or without CLIENT_FOUND_ROWS. The lease end is
+// not checked: a claim nobody took over is its token's until then.
+//
+// The values compared with binary columns are CAST to binary: the driver
+// types []byte parameters as strings in the connection's character set,
+// and a binary comparison both compares bytes and lets the primary key
+// serve the lookup. The values stored into BLOB columns are assigned as
+// they are, which stores their bytes unchanged.
+const completeSQL = "UPDATE {{t}} SET state = 2, status = ?, headers = ?, body = ?, body_omitted = ?,\n" +
+	"    lease_end = NULL, expires_at = ?, tx_mark = NULL\n" +
+	"WHERE scope = CAST(? AS BINARY) AND `key` = CAST(? AS BINARY) AND token = CAST(? AS BINARY) AND state = 1"
+
+// commitSQL is completeSQL inside an exactly-once transaction: it also
+// requires the transaction's mark (its last parameter), which markSQL
+// wrote when the transaction began. If the server rolled the transaction
+// back (a deadlock), the mark went with it and this matches nothing.
+const commitSQL = completeSQL + " AND tx_mark = CAST(? AS BINARY)"
+
+// markSQL is an exactly-once transaction's first statement: it checks
+// that the claim is still held and writes the transaction's mark, which
+// also takes the row's lock until the transaction ends, so that nothing
+// else changes the record meanwhile.
+const markSQL = "UPDATE {{t}} SET tx_mark = :mark WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
+
+// holderSQL reads what a failed commit needs to tell a lost claim from a
+// transaction the server rolled back.
+const holderSQL = "SELECT token, state, tx_mark FROM {{t}} WHERE scope = :scope AND `key` = :key"
+
+// holdName is the name of the user-level lock (GET_LOCK) an exactly-once
+// transaction holds while it lives, for the record of :scope and :key in
+// this table of this database: the SHA-1 of the database's name, the
+// table's and the SHA-1s of the scope and key, so that it is at most 45
+// characters (the limit is 64) and names differ wherever records do.
+const holdName = "CONCAT('idem.', SHA1(CONCAT_WS(X'00', IFNULL(DATABASE(), ''), :table, SHA1(:scope), SHA1(:key))))"
+
+// holdSQL starts an exactly-once transaction's session: autocommit off,
+// so that a statement the handler runs after the server rolled its
+// transaction back opens a new transaction (which the failed commit rolls
+// back) instead of committing on its own; and the user-level lock that
+// tells other requests' claims the record is held (heldSQL). GET_LOCK
+// with a timeout of 0 never waits; should another session still hold the
+// name (the previous holder's end, racing), claims fall back to the row
+// lock. releaseSQL ends it, after COMMIT or ROLLBACK.
+const holdSQL = "SET autocommit = 0, @idem_hold = GET_LOCK(" + holdName + ", 0)"
+
+// unholdSQL restores the session for the pool.
+const unholdSQL = "SET autocommit = 1, @idem_hold = RELEASE_LOCK(" + holdName + ")"
+
+// heldSQL reports whether a live exactly-once transaction holds the
+// record: IS_USED_LOCK reads the lock table and never waits. A claim asks
+// it before taking over an in-progress record whose lease has ended, so
+// that it answers with the record at once instead of waiting for the
+// transaction's row lock.
+const heldSQL = "SELECT IS_USED_LOCK(" + holdName + ") IS NOT NULL"
 
 // extendSQL moves a held claim's lease. The new lease end may equal the
 // old one, which changes nothing, so a matched row is marked with
-// LAST_INSERT_ID(1) (state stays 1) and told apart by the insert id.
+// LAST_INSERT_ID(1) (state stays 1) and told apart by the insert id. As
+// for completeSQL, the old lease end is not checked.
 const extendSQL = "UPDATE {{t}} SET lease_end = :lease, expires_at = :lease, state = LAST_INSERT_ID(1)\n" +
-	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1 AND lease_end > :now"
+	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
 
 // releaseSQL deletes a held, in-progress claim.
 const releaseSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
@@ -85,46 +148,82 @@ const releaseSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key AND 
 // deleteSQL evicts a record whatever its state.
 const deleteSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key"
 
+// evictSQL deletes a record whatever its state, while it holds :token.
+const evictSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key AND token = :token"
+
+// clockSQL reads the server's time in microseconds since the Unix epoch.
+// UTC_TIMESTAMP(6) is the statement's start, microseconds after the
+// server received it and within the round trip whose midpoint the engine
+// takes; it needs no time-zone conversion (SYSDATE(6), the call time, is
+// in the session's time zone, and converting it back to UTC is ambiguous
+// in the hour a daylight-saving zone falls back), and --sysdate-is-now
+// does not change it. TIMESTAMPDIFF from the epoch is plain arithmetic on
+// two DATETIME values.
+const clockSQL = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+
 // getSQL reads a record that has not expired at :now.
 const getSQL = "SELECT " + recordCols + " FROM {{t}} WHERE scope = :scope AND `key` = :key AND expires_at > :now"
 
-// expiredSQL finds a batch of expired rows with a consistent read of the
-// expires_at index: no lock is taken. deleteExpiredSQL then deletes them
-// by primary key (see sweepIn).
-const expiredSQL = "SELECT scope, `key` FROM {{t}} WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit"
+// removable is the condition under which DeleteExpired removes a row at
+// :now: a completed record from its expiry; an in-progress one only a
+// lease later, at lease_end + (lease_end - created_at), so that a late
+// Complete, Extend or Release of a claim nobody took over still finds it.
+const removable = "(state = 2 AND expires_at <= :now OR state = 1 AND lease_end + (lease_end - created_at) <= :now)"
 
-// deleteExpiredSQL deletes the rows listed in :in, a list of (scope, key)
-// pairs, that are still expired. "expires_at + 0" keeps the optimizer off
-// the expires_at index, so the rows are found and locked through the
-// primary key, in key order, exactly as a claim locks them: a range scan
-// of the secondary index would lock its entries first and deadlock with a
-// takeover that holds the row and moves its entry. A row a claim took
-// over since expiredSQL read it is left alone. The ORDER BY and LIMIT
-// change nothing but satisfy sql_safe_updates and statement-based
-// binary logging.
-const deleteExpiredSQL = "DELETE FROM {{t}} WHERE (scope, `key`) IN (:in) AND expires_at + 0 <= :now ORDER BY scope, `key` LIMIT :limit"
+// expiredSQL finds a batch of removable rows with a consistent read of
+// the expires_at index (every removable row has expired): no lock is
+// taken. sweepLockSQL and sweepDeleteSQL then delete them by primary key.
+const expiredSQL = "SELECT scope, `key` FROM {{t}} WHERE expires_at <= :now AND " + removable + " ORDER BY expires_at LIMIT :limit"
+
+// sweepLockSQL, inside a short transaction, locks the listed rows that
+// are still removable, skipping rows another transaction holds locked (a
+// live exactly-once transaction, or a claim taking the row over): the
+// sweeper never waits for a lock, so it never holds the rest of its batch
+// while waiting. "expires_at + 0" keeps the optimizer off the expires_at
+// index (removable's "expires_at <=" would be a range on it), so the rows
+// are found and locked through the primary key, as a claim locks them.
+// sweepDeleteSQL then deletes the rows it locked.
+const sweepLockSQL = "SELECT scope, `key` FROM {{t}} WHERE (scope, `key`) IN (:in)\n" +
+	"    AND (state = 2 AND expires_at + 0 <= :now OR state = 1 AND lease_end + (lease_end - created_at) <= :now)\n" +
+	"FOR UPDATE SKIP LOCKED"
+
+// sweepDeleteSQL deletes rows the sweeper's transaction locked. The ORDER
+// BY and LIMIT change nothing but satisfy sql_safe_updates and
+// statement-based binary logging.
+const sweepDeleteSQL = "DELETE FROM {{t}} WHERE (scope, `key`) IN (:in) ORDER BY scope, `key` LIMIT :limit"
 
 // watchSQL reads the state of the watched keys listed in :in.
-const watchSQL = "SELECT scope, `key`, token, state, expires_at FROM {{t}} WHERE (scope, `key`) IN (:in)"
+const watchSQL = "SELECT scope, `key`, token, state FROM {{t}} WHERE (scope, `key`) IN (:in)"
 
 // queries holds the store's statements for one table.
 type queries struct {
-	selectRecord, take, complete, extend, release, delete, get, expired, deleteExpired, watch stmt
+	selectRecord, take, extend, release, delete, evict, get stmt
+	mark, holder, hold, unhold, held                        stmt
+	expired, sweepLock, sweepDelete, watch                  stmt
+	complete, commit                                        string // prepared: ? placeholders
 }
 
 func newQueries(table string) queries {
 	t := quoteIdent(table)
 	return queries{
-		selectRecord:  compile(selectSQL, t, "scope", "key"),
-		take:          compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease"),
-		complete:      compile(completeSQL, t, "scope", "key", "token", "status", "headers", "body", "omitted", "now", "expires"),
-		extend:        compile(extendSQL, t, "scope", "key", "token", "now", "lease"),
-		release:       compile(releaseSQL, t, "scope", "key", "token"),
-		delete:        compile(deleteSQL, t, "scope", "key"),
-		get:           compile(getSQL, t, "scope", "key", "now"),
-		expired:       compile(expiredSQL, t, "now", "limit"),
-		deleteExpired: compile(deleteExpiredSQL, t, "in", "now", "limit"),
-		watch:         compile(watchSQL, t, "in"),
+		selectRecord: compile(selectSQL, t, "scope", "key"),
+		take:         compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease"),
+		extend:       compile(extendSQL, t, "scope", "key", "token", "lease"),
+		release:      compile(releaseSQL, t, "scope", "key", "token"),
+		delete:       compile(deleteSQL, t, "scope", "key"),
+		evict:        compile(evictSQL, t, "scope", "key", "token"),
+		get:          compile(getSQL, t, "scope", "key", "now"),
+		mark:         compile(markSQL, t, "scope", "key", "token", "mark"),
+		holder:       compile(holderSQL, t, "scope", "key"),
+		hold:         compile(holdSQL, t, "table", "scope", "key"),
+		unhold:       compile(unholdSQL, t, "table", "scope", "key"),
+		held:         compile(heldSQL, t, "table", "scope", "key"),
+		expired:      compile(expiredSQL, t, "now", "limit"),
+		sweepLock:    compile(sweepLockSQL, t, "in", "now"),
+		sweepDelete:  compile(sweepDeleteSQL, t, "in", "limit"),
+		watch:        compile(watchSQL, t, "in"),
+		complete:     strings.ReplaceAll(completeSQL, "{{t}}", t),
+		commit:       strings.ReplaceAll(commitSQL, "{{t}}", t),
 	}
 }
 
@@ -264,4 +363,47 @@ func pairList(scopes, keys []string) literal {
 		b = append(b, ')')
 	}
 	return literal(b)
+}
+
+// lazyStmt is a server-side prepared statement on the store's pool,
+// prepared at its first use (the table may not exist when New runs) and
+// then on each connection that runs it, by database/sql.
+type lazyStmt struct {
+	query  string
+	mu     sync.Mutex
+	st     *sql.Stmt
+	closed bool
+}
+
+// get returns the statement, preparing it on first use; done releases
+// it. Preparing takes a connection from db's pool, so a caller that holds
+// one (a transaction) must have called get before taking it, or a pool
+// that its transactions fill would never give one. After close, get
+// prepares a statement for this call only, which done closes.
+func (l *lazyStmt) get(ctx context.Context, db *sql.DB) (st *sql.Stmt, done func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.st != nil {
+		return l.st, func() {}, nil
+	}
+	st, err = db.PrepareContext(ctx, l.query)
+	if err != nil {
+		return nil, nil, err
+	}
+	if l.closed {
+		return st, func() { st.Close() }, nil
+	}
+	l.st = st
+	return st, func() {}, nil
+}
+
+// close closes the statement on every connection it was prepared on.
+func (l *lazyStmt) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.st != nil {
+		l.st.Close()
+		l.st = nil
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,13 @@ var (
 	ErrBadOption = errors.New("mysqlstore: bad option")
 	// ErrClosed means Watch or Sweep was called after Close.
 	ErrClosed = errors.New("mysqlstore: store closed")
+	// ErrRolledBack is wrapped by the error an exactly-once Commit returns
+	// when the server had rolled the request's transaction back on its
+	// own (InnoDB's answer to a deadlock, or to a lock wait timeout with
+	// innodb_rollback_on_timeout): the handler's writes are gone, so the
+	// record is not completed, and the engine answers 500 and releases
+	// the key, as for any failed commit.
+	ErrRolledBack = errors.New("mysqlstore: the server rolled the transaction back (a deadlock, or a lock wait timeout with innodb_rollback_on_timeout); the handler's writes are gone")
 )
 
 // Defaults of the options.
@@ -48,6 +56,15 @@ const (
 	// longer one is kept as its first maxScope bytes and its SHA-256.
 	maxScope = 512
 )
+
+// packetReserve is what a completion's statement needs besides the body
+// and the headers: the scope (at most 544 bytes as stored), key and token
+// (255 each), the transaction's mark, the other values and the protocol's
+// framing, about 1.2 KiB at most, with room to spare.
+const packetReserve = 4 << 10
+
+// startTimeout bounds New's questions to the server.
+const startTimeout = 5 * time.Second
 
 // maxClaimAttempts bounds how often Claim starts over after losing a race
 // (see the package doc). Each new attempt needs a concurrent writer to
@@ -83,7 +100,7 @@ func WithTable(name string) Option {
 }
 
 // WithSweepInterval sets how often the background sweeper deletes expired
-// records (DeleteExpired with the wall clock). The default is
+// records (DeleteExpired with the server's time, see Now). The default is
 // DefaultSweepInterval; 0 runs no sweeper (call DeleteExpired or Sweep
 // yourself). Expired records are never replayed either way; sweeping only
 // reclaims space.
@@ -108,20 +125,23 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // Store is an idem.Store on MySQL 8.0+ or MariaDB 10.6+ (InnoDB). It
-// implements idem.Getter, idem.Deleter, idem.ExpiredDeleter, idem.Extender
-// and idem.Notifier; ExactlyOnce returns a view of it that also implements
-// idem.TxBeginner.
+// implements idem.Getter, idem.Deleter, idem.ExpiredDeleter,
+// idem.Extender, idem.Evicter, idem.Clock and idem.Notifier; ExactlyOnce
+// returns a view of it that also implements idem.TxBeginner.
 //
-// Every method runs single statements that commit on their own: no
-// transaction or row lock is held while a handler runs. A replay, a 409
-// and a 422 are one consistent read that locks and writes nothing; a new
-// claim adds one write. See the package doc for the statements and the
-// race argument.
+// Every method but the sweeper's runs single statements that commit on
+// their own: no transaction or row lock is held while a handler runs. A
+// replay, a 409 and a 422 are one consistent read that locks and writes
+// nothing; a new claim adds one write. See the package doc for the
+// statements and the race argument.
 type Store struct {
-	db    *sql.DB
-	table string
-	q     queries
-	cfg   config
+	db     *sql.DB
+	table  string
+	q      queries
+	cfg    config
+	packet int // the server's max_allowed_packet, read by New
+
+	complete, commit lazyStmt
 
 	ctx    context.Context // cancelled by Close; parent of background work
 	cancel context.CancelFunc
@@ -137,13 +157,21 @@ var (
 	_ idem.Deleter        = (*Store)(nil)
 	_ idem.ExpiredDeleter = (*Store)(nil)
 	_ idem.Extender       = (*Store)(nil)
+	_ idem.Evicter        = (*Store)(nil)
+	_ idem.Clock          = (*Store)(nil)
 	_ idem.Notifier       = (*Store)(nil)
 )
 
 // New returns a Store that keeps its records in db, which must run in
-// autocommit mode (the default). It does not touch the database: create
-// the table with CreateSchema or with the SQL from Schema. It fails only
-// on a bad argument or option, with an error wrapping ErrBadOption.
+// autocommit mode (the default). New asks the server, once, for its
+// max_allowed_packet (see MaxResponseSize) and checks that the
+// connection's character_set_client and character_set_connection agree
+// (they do unless a session sets one without the other; otherwise the
+// server would convert the bytes of stored bodies). It waits at most 5
+// seconds: a server that does not answer makes New fail with an error
+// that says so. It does not need the table: create it with CreateSchema
+// or with the SQL from Schema. A bad argument or option makes it fail
+// with an error wrapping ErrBadOption, before it touches the database.
 // The background sweeper starts at once; call Close to stop it and the
 // watch poller. Close does not close db.
 //
@@ -176,8 +204,14 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
+	packet, err := serverSettings(db)
+	if err != nil {
+		return nil, err
+	}
+	q := newQueries(cfg.table)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{db: db, table: cfg.table, q: newQueries(cfg.table), cfg: cfg, ctx: ctx, cancel: cancel}
+	s := &Store{db: db, table: cfg.table, q: q, cfg: cfg, packet: packet, ctx: ctx, cancel: cancel,
+		complete: lazyStmt{query: q.complete}, commit: lazyStmt{query: q.commit}}
 	if cfg.sweepInterval > 0 {
 		s.wg.Go(func() {
 			if err := s.Sweep(ctx, cfg.sweepInterval); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
@@ -188,11 +222,44 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// serverSettings reads max_allowed_packet and checks the character sets,
+// waiting at most startTimeout.
+func serverSettings(db *sql.DB) (packet int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	var client, conn string
+	err = db.QueryRowContext(ctx, "SELECT @@max_allowed_packet, @@character_set_client, @@character_set_connection").Scan(&packet, &client, &conn)
+	switch {
+	case ctx.Err() != nil:
+		return 0, fmt.Errorf("mysqlstore: the server did not answer within %v when asked for max_allowed_packet: %w", startTimeout, err)
+	case err != nil:
+		return 0, fmt.Errorf("mysqlstore: asking the server for max_allowed_packet: %w", err)
+	case client != conn:
+		return 0, fmt.Errorf("%w: character_set_client is %s but character_set_connection is %s, so the server would convert the bytes the store sends as parameters (response bodies); set both, with SET NAMES or the DSN's charset parameter", errCharset, client, conn)
+	}
+	return packet, nil
+}
+
+var errCharset = errors.New("mysqlstore: the connection's character sets disagree")
+
+// MaxResponseSize returns the largest response the store keeps in full:
+// its body and its headers in the store's encoding (idem.AppendHeader),
+// together. It is the server's max_allowed_packet, read by New, less
+// 4 KiB for the rest of the statement. A larger response is stored as
+// the engine stores one over its cap (idem.Response.WithoutBody): status
+// and headers, marked as without body, so that retries replay it instead
+// of running the handler again; the store logs a warning. To keep every
+// body the engine keeps, set idem.WithMaxResponseBody below it, less room
+// for headers. A server whose max_allowed_packet is lowered later takes
+// effect for the store at its next New.
+func (s *Store) MaxResponseSize() int { return max(s.packet-packetReserve, 0) }
+
 // Table returns the name of the store's table.
 func (s *Store) Table() string { return s.table }
 
 // Close stops the background sweeper and the watch poller and waits for
-// them. It does not close the DB. The store's other methods keep working;
+// them, and closes the store's prepared statements. It does not close the
+// DB. The store's other methods keep working;
 // Watch and Sweep return ErrClosed. Close is safe to call more than once.
 func (s *Store) Close() error {
 	s.once.Do(func() {
@@ -201,6 +268,8 @@ func (s *Store) Close() error {
 		s.cancel()
 		s.watch.mu.Unlock()
 		s.wg.Wait()
+		s.complete.close()
+		s.commit.close()
 	})
 	return nil
 }
@@ -208,8 +277,10 @@ func (s *Store) Close() error {
 // Claim implements idem.Store. It reads the row with one consistent,
 // non-locking SELECT; only when there is no row, or the row is takeable,
 // does it write, with one INSERT ... ON DUPLICATE KEY UPDATE that takes
-// the key or leaves a live row alone. See the package doc for why this is
-// race-safe and deadlock-free.
+// the key or leaves a live row alone. Before it takes over an in-progress
+// record whose lease has ended it asks whether a live exactly-once
+// transaction holds it (heldSQL), and if so answers with the record. See
+// the package doc for why this is race-safe and deadlock-free.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
 	if err := checkLen("key", c.Key, maxKey); err != nil {
 		return idem.ClaimResult{}, err
@@ -237,6 +308,15 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 			}
 			if !rec.Takeable(now) {
 				return idem.ClaimResult{Existing: &rec}, nil
+			}
+			if rec.State == idem.StateInProgress {
+				held, err := s.held(ctx, scope, c.Key)
+				if err != nil {
+					return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
+				}
+				if held {
+					return idem.ClaimResult{Existing: &rec}, nil
+				}
 			}
 		}
 		if take == "" {
@@ -266,38 +346,85 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 	return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
 }
 
-// Complete implements idem.Store in one statement.
+// held reports whether a live exactly-once transaction holds the record
+// of scope (as stored) and key, without waiting for any lock.
+func (s *Store) held(ctx context.Context, scope, key string) (bool, error) {
+	var held bool
+	err := s.db.QueryRowContext(ctx, s.q.held.render(s.table, scope, key)).Scan(&held)
+	return held, err
+}
+
+// Complete implements idem.Store in one statement, a prepared one whose
+// body and headers travel as binary parameters. A response larger than
+// MaxResponseSize is stored without its body.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
-	q, err := s.completeSQL(scope, key, token, resp, now, expiresAt)
+	args, err := s.completion(scope, key, token, resp, expiresAt)
 	if err != nil {
 		return err
 	}
-	n, err := s.exec(ctx, q)
+	st, done, err := s.complete.get(ctx, s.db)
 	if err != nil {
 		return fmt.Errorf("mysqlstore: complete: %w", err)
 	}
-	if n != 1 {
-		return idem.ErrLeaseLost
+	defer done()
+	for i := 1; ; i++ {
+		res, err := st.ExecContext(ctx, args...)
+		if deadlock(err) && i < maxClaimAttempts {
+			deadlockRetries.Add(1)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("mysqlstore: complete: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return idem.ErrLeaseLost
+		}
+		s.wake(scope, key)
+		return nil
 	}
-	s.wake(scope, key)
-	return nil
 }
 
-// completeSQL renders completeSQL for a response, refusing one that does
-// not fit the columns.
-func (s *Store) completeSQL(scope, key, token string, resp idem.Response, now, expiresAt time.Time) (string, error) {
+// completion checks a response and returns the parameters of completeSQL
+// for it; those of commitSQL follow with the mark. A response larger than
+// MaxResponseSize is replaced by its WithoutBody, and a warning logged.
+func (s *Store) completion(scope, key, token string, resp idem.Response, expiresAt time.Time) ([]any, error) {
 	if resp.Status < idem.MinStatus || resp.Status > idem.MaxStatus {
-		return "", fmt.Errorf("mysqlstore: complete: status %d is not %d to %d", resp.Status, idem.MinStatus, idem.MaxStatus)
+		return nil, fmt.Errorf("mysqlstore: complete: status %d is not %d to %d", resp.Status, idem.MinStatus, idem.MaxStatus)
 	}
-	var header []byte // NULL for a nil header
-	if resp.Header != nil {
-		header = idem.AppendHeader(nil, resp.Header)
-		if len(header) > maxHeaders {
-			return "", fmt.Errorf("mysqlstore: complete: %d bytes of headers do not fit a MEDIUMBLOB", len(header))
+	header, err := encodeHeader(resp.Header)
+	if err != nil {
+		return nil, err
+	}
+	if room := s.MaxResponseSize(); len(resp.Body)+len(header) > room {
+		size := len(resp.Body) + len(header)
+		resp = resp.WithoutBody()
+		if header, err = encodeHeader(resp.Header); err != nil {
+			return nil, err
 		}
+		if len(header) > room {
+			return nil, fmt.Errorf("mysqlstore: complete: %d bytes of headers do not fit the %d bytes that max_allowed_packet (%d) leaves", len(header), room, s.packet)
+		}
+		s.cfg.logger.Warn("mysqlstore: a response larger than max_allowed_packet allows is stored without its body; retries replay its status and headers",
+			"table", s.table, "size", size, "max", room)
 	}
-	return s.q.complete.render(scopeKey(scope), key, token, resp.Status, header, resp.Body, resp.BodyOmitted,
-		floorMicro(now).UnixMicro(), ceilMicro(expiresAt).UnixMicro()), nil
+	var body []byte
+	if !resp.BodyOmitted {
+		body = resp.Body // NULL for a nil body
+	}
+	return []any{int64(resp.Status), header, body, resp.BodyOmitted, ceilMicro(expiresAt).UnixMicro(),
+		scopeKey(scope), key, token}, nil
+}
+
+// encodeHeader returns h in the store's encoding, nil (NULL) for a nil h.
+func encodeHeader(h http.Header) ([]byte, error) {
+	if h == nil {
+		return nil, nil
+	}
+	b := idem.AppendHeader(nil, h)
+	if len(b) > maxHeaders {
+		return nil, fmt.Errorf("mysqlstore: complete: %d bytes of headers do not fit a MEDIUMBLOB", len(b))
+	}
+	return b, nil
 }
 
 // Release implements idem.Store in one statement.
@@ -343,9 +470,40 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	return n > 0, nil
 }
 
-// Extend implements idem.Extender in one statement.
+// Evict implements idem.Evicter in one statement: it deletes the record,
+// in progress or completed, while it holds token, and wakes watchers of
+// the key.
+func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
+	n, err := s.exec(ctx, s.q.evict.render(scopeKey(scope), key, token))
+	if err != nil {
+		return fmt.Errorf("mysqlstore: evict: %w", err)
+	}
+	if n == 0 {
+		return idem.ErrLeaseLost
+	}
+	s.wake(scope, key)
+	return nil
+}
+
+// Now implements idem.Clock: the server's time, UTC, in microseconds, in
+// one statement. The engine aligns the now it passes to the store with
+// it, so that instances whose clocks disagree judge leases alike; the
+// sweeper uses it too. It reads UTC_TIMESTAMP(6), the statement's start
+// (see clockSQL), so a session that SET timestamp to a fixed value would
+// freeze it: do not do that on the store's pool.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var us int64
+	if err := s.db.QueryRowContext(ctx, clockSQL).Scan(&us); err != nil {
+		return time.Time{}, fmt.Errorf("mysqlstore: now: %w", err)
+	}
+	return fromMicro(us), nil
+}
+
+// Extend implements idem.Extender in one statement. Like Complete, it
+// moves the lease of a claim its token still holds, even once the lease
+// has ended.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
-	q := s.q.extend.render(scopeKey(scope), key, token, floorMicro(now).UnixMicro(), ceilMicro(leaseEnd).UnixMicro())
+	q := s.q.extend.render(scopeKey(scope), key, token, ceilMicro(leaseEnd).UnixMicro())
 	for range maxClaimAttempts {
 		res, err := s.db.ExecContext(ctx, q)
 		if deadlock(err) {
@@ -365,10 +523,16 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 	return fmt.Errorf("mysqlstore: extend: chosen as a deadlock victim %d times", maxClaimAttempts)
 }
 
-// DeleteExpired implements idem.ExpiredDeleter. It works in batches of at
-// most 1000 rows: a consistent read of the expires_at index finds them,
-// without locking anything, and one DELETE by primary key removes those
-// still expired. It returns how many rows it removed.
+// DeleteExpired implements idem.ExpiredDeleter. It removes completed
+// records from their expiry, and in-progress ones a lease later (at
+// LeaseEnd + (LeaseEnd - CreatedAt)), so that a late completion of a claim
+// nobody took over still lands. It works in batches of at most 1000 rows:
+// a consistent read of the expires_at index finds them, without locking
+// anything, and a short transaction locks those still removable, skipping
+// any row another transaction holds (SELECT ... FOR UPDATE SKIP LOCKED: a
+// live exactly-once transaction, or a claim taking the row over), and
+// deletes them by primary key. It never waits for a lock. It returns how
+// many rows it removed.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	nowUS := floorMicro(now).UnixMicro()
 	find := s.q.expired.render(nowUS, sweepBatch)
@@ -381,15 +545,44 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 		if len(keys) == 0 {
 			return total, nil
 		}
-		n, err := s.exec(ctx, s.q.deleteExpired.render(pairList(scopes, keys), nowUS, len(keys)))
-		total += int(n)
+		n, err := s.deleteBatch(ctx, scopes, keys, nowUS)
+		total += n
 		if err != nil {
 			return total, fmt.Errorf("mysqlstore: delete expired: %w", err)
 		}
-		if len(keys) < sweepBatch {
+		if len(keys) < sweepBatch || n == 0 {
+			// A batch left whole is held by others: the next sweep
+			// tries again, rather than this one finding it forever.
 			return total, nil
 		}
 	}
+}
+
+// deleteBatch deletes, in one transaction, the listed rows that are still
+// removable at nowUS and that no other transaction holds locked.
+func (s *Store) deleteBatch(ctx context.Context, scopes, keys []string, nowUS int64) (int, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
+	rows, err := tx.QueryContext(ctx, s.q.sweepLock.render(pairList(scopes, keys), nowUS))
+	if err != nil {
+		return 0, err
+	}
+	scopes, keys, err = scanPairs(rows)
+	if err != nil || len(keys) == 0 {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, s.q.sweepDelete.render(pairList(scopes, keys), len(keys)))
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return int(n), nil
 }
 
 func (s *Store) expiredBatch(ctx context.Context, q string) (scopes, keys []string, err error) {
@@ -397,6 +590,11 @@ func (s *Store) expiredBatch(ctx context.Context, q string) (scopes, keys []stri
 	if err != nil {
 		return nil, nil, err
 	}
+	return scanPairs(rows)
+}
+
+// scanPairs reads (scope, key) rows and closes them.
+func scanPairs(rows *sql.Rows) (scopes, keys []string, err error) {
 	defer rows.Close()
 	for rows.Next() {
 		var scope, key []byte
@@ -409,7 +607,8 @@ func (s *Store) expiredBatch(ctx context.Context, q string) (scopes, keys []stri
 	return scopes, keys, rows.Err()
 }
 
-// Sweep calls DeleteExpired with the wall clock every interval until ctx
+// Sweep calls DeleteExpired with the server's time (Now) every interval
+// until ctx
 // is cancelled or the store is closed, logging errors and carrying on. It
 // returns ctx.Err() or ErrClosed. New starts it in the background unless
 // WithSweepInterval(0) is given; call it yourself to tie the sweeper to
@@ -432,7 +631,11 @@ func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
 		// sweeps up; a backlog is finished by the next ones.
 		sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
 		stop := context.AfterFunc(s.ctx, cancel)
-		n, err := s.DeleteExpired(sctx, time.Now())
+		n := 0
+		now, err := s.Now(sctx)
+		if err == nil {
+			n, err = s.DeleteExpired(sctx, now)
+		}
 		stop()
 		cancel()
 		if err != nil && ctx.Err() == nil && s.ctx.Err() == nil {

@@ -126,20 +126,23 @@ func TestAbandonedLeaseAndExtend(t *testing.T) {
 	if res, _ := s.Claim(ctx, claimAt("k", "fp", "b", t0.Add(time.Minute), time.Minute)); res.Acquired {
 		t.Fatal("claim took an extended lease")
 	}
-	if err := s.Complete(ctx, c.Scope, c.Key, "a", idem.Response{Status: 200}, t0.Add(2*time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("complete at lease end: %v", err)
+	// At and past the lease end, nobody having taken the key over, the
+	// claim is still the token's: a late Extend lands.
+	if err := s.Extend(ctx, c.Scope, c.Key, "a", t0.Add(3*time.Minute), t0.Add(4*time.Minute)); err != nil {
+		t.Fatalf("extend after the lease end: %v", err)
 	}
-	if err := s.Extend(ctx, c.Scope, c.Key, "a", t0.Add(2*time.Minute), t0.Add(3*time.Minute)); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("extend at lease end: %v", err)
-	}
-	res, err := s.Claim(ctx, claimAt("k", "fp", "b", t0.Add(2*time.Minute), time.Minute))
+	res, err := s.Claim(ctx, claimAt("k", "fp", "b", t0.Add(4*time.Minute), time.Minute))
 	if err != nil || !res.Acquired {
 		t.Fatalf("takeover = %+v, %v", res, err)
 	}
-	if err := s.Complete(ctx, c.Scope, c.Key, "a", idem.Response{Status: 200}, t0.Add(2*time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, c.Scope, c.Key, "a", idem.Response{Status: 200}, t0.Add(4*time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("old owner completed after takeover: %v", err)
 	}
-	if err := s.Complete(ctx, c.Scope, c.Key, "b", idem.Response{Status: 200}, t0.Add(2*time.Minute), t0.Add(time.Hour)); err != nil {
+	if err := s.Extend(ctx, c.Scope, c.Key, "a", t0.Add(4*time.Minute), t0.Add(5*time.Minute)); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("old owner extended after takeover: %v", err)
+	}
+	// The new owner completes past its own lease end: late, but it lands.
+	if err := s.Complete(ctx, c.Scope, c.Key, "b", idem.Response{Status: 200}, t0.Add(6*time.Minute), t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -242,9 +245,10 @@ func TestDeleteAndDeleteExpired(t *testing.T) {
 	if err != nil || ok {
 		t.Fatalf("second delete = %v, %v", ok, err)
 	}
-	// Leases end at t0+1ms ... t0+2500ms; k0 is gone. At t0+2000ms,
-	// 1999 remain expired (2ms..2000ms): two batches.
-	n, err := s.DeleteExpired(ctx, t0.Add(2000*time.Millisecond))
+	// Leases end at t0+1ms ... t0+2500ms; k0 is gone. An abandoned claim
+	// is removed a lease after its lease end, at t0+2ms ... t0+5000ms: at
+	// t0+4000ms, 1999 are (k1..k1999): two batches.
+	n, err := s.DeleteExpired(ctx, t0.Add(4000*time.Millisecond))
 	if err != nil || n != 1999 {
 		t.Fatalf("DeleteExpired = %d, %v; want 1999", n, err)
 	}
@@ -380,11 +384,17 @@ func TestNewOptions(t *testing.T) {
 	if _, err := New(nil); !errors.Is(err, ErrBadOption) {
 		t.Errorf("New(nil) = %v, want ErrBadOption", err)
 	}
-	s, err := New(db, nil, WithLogger(nil), WithSweepInterval(0), nil)
+	// A good configuration on a server that is not there fails for that
+	// reason alone, saying so.
+	if _, err := New(db, WithSweepInterval(0)); err == nil || errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), "max_allowed_packet") {
+		t.Errorf("New on an unreachable server = %v, want an error that it could not ask the server", err)
+	}
+	live := newDB(t, 1)
+	s, err := New(live, nil, WithLogger(nil), WithSweepInterval(0), nil)
 	if err != nil {
 		t.Fatalf("nil options: %v", err)
 	}
-	if s.Table() != DefaultTable || s.db != db {
+	if s.Table() != DefaultTable || s.db != live {
 		t.Errorf("table %q", s.Table())
 	}
 	s.Close()
@@ -454,7 +464,47 @@ func TestDriverAndSessionSettings(t *testing.T) {
 			if ok, err := s.Delete(ctx, c.Scope, c.Key); err != nil || ok {
 				t.Fatal(ok, err)
 			}
+			// Exactly-once mode, the clock and eviction, with a body of
+			// every byte value.
+			all := make([]byte, 256)
+			for i := range all {
+				all[i] = byte(i)
+			}
+			c2 := idem.Claim{Scope: c.Scope, Key: "tx'\\", Fingerprint: "f", Token: "t\x00'", Now: t0, LeaseEnd: t0.Add(time.Minute)}
+			if res, err := s.Claim(ctx, c2); err != nil || !res.Acquired {
+				t.Fatal(res, err)
+			}
+			tx, err := s.ExactlyOnce().BeginTx(ctx, c2.Scope, c2.Key, c2.Token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp = idem.Response{Status: 201, Header: http.Header{"B": {string(all)}}, Body: all}
+			if err := tx.Commit(ctx, resp, t0, t0.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := s.Claim(ctx, c2); err != nil || res.Acquired || !reflect.DeepEqual(*res.Existing.Response, resp) {
+				t.Fatalf("replay of the committed record = %+v %v", res.Existing, err)
+			}
+			if _, err := s.Now(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Evict(ctx, c2.Scope, c2.Key, c2.Token); err != nil {
+				t.Fatal(err)
+			}
 		})
+	}
+}
+
+// New refuses a connection whose character_set_client and
+// character_set_connection differ: the server would convert the bytes of
+// the bodies the store sends as parameters.
+func TestCharsetMismatch(t *testing.T) {
+	db := newDB(t, 1, func(c *mysql.Config) { c.Params = map[string]string{"character_set_connection": "latin1"} })
+	if s, err := New(db, WithTable(randomTable()), WithSweepInterval(0)); !errors.Is(err, errCharset) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("New = %v, want the character set error", err)
 	}
 }
 

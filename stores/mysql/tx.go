@@ -1,8 +1,11 @@
 package mysqlstore
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -15,9 +18,11 @@ import (
 // through Tx(r.Context()), and the completed record commit together or not
 // at all. Get one with Store.ExactlyOnce; it has every method of Store.
 // Transactions run at READ COMMITTED unless WithTxOptions says otherwise.
-// Each request in flight holds one pooled connection, and its rows stay
-// locked, until the commit. The flow, the isolation level and the costs
-// are in the package docs ("Exactly-once mode").
+// Each request in flight holds one pooled connection, and its rows and
+// its record's row stay locked, until the commit; the transaction holds
+// the claim (idem.ClaimHolder), so no heartbeat needs a connection of its
+// own. The flow, the isolation levels, the deadlock rule, pool sizing and
+// the costs are in the package docs ("Exactly-once mode").
 type ExactlyOnceStore struct {
 	*Store
 	txOptions sql.TxOptions
@@ -30,6 +35,8 @@ var (
 	_ idem.Deleter    = (*ExactlyOnceStore)(nil)
 	_ idem.Notifier   = (*ExactlyOnceStore)(nil)
 	_ idem.Extender   = (*ExactlyOnceStore)(nil)
+	_ idem.Evicter    = (*ExactlyOnceStore)(nil)
+	_ idem.Clock      = (*ExactlyOnceStore)(nil)
 	_ idem.Tx         = (*txn)(nil)
 )
 
@@ -57,14 +64,19 @@ type txKey struct{}
 // request whose context is ctx (r.Context(); with Gin c.Request.Context(),
 // with Echo c.Request().Context()), or nil when there is none. Run the
 // handler's queries on it and never end it: the engine commits it with the
-// record. Its Commit would commit the writes without the record, so a
-// retry runs them again. A transaction ended otherwise (ROLLBACK or COMMIT
-// as SQL, an implicit commit such as DDL, a deadlock, which InnoDB resolves
-// by rolling the whole transaction back) leaves the connection outside a
-// transaction and the record would commit on its own: answer 5xx when a
-// statement fails, and the engine rolls back and releases the key. After
-// its Rollback an answer of 400 or more is stored on its own and one
-// below 400 fails.
+// record. Answer 5xx when a statement fails, and the engine rolls back and
+// releases the key.
+//
+// If the transaction ends otherwise, the store sees to it that no record
+// says a success whose writes are gone: after a rollback (InnoDB's, to a
+// deadlock; ROLLBACK as SQL) the record is not completed, the request gets
+// 500 and its key is released, and what the handler ran after the
+// rollback is rolled back too (the connection runs with autocommit off).
+// After its Rollback method an answer of 400 or more is stored on its own
+// and one below 400 fails. A COMMIT, as its Commit method, as SQL or
+// implied by DDL, splits the transaction: what came before it commits
+// without the record (so a retry runs it again), what comes after commits
+// with it.
 func Tx(ctx context.Context) *sql.Tx {
 	if t, ok := ctx.Value(txKey{}).(*txn); ok {
 		return t.tx
@@ -72,37 +84,114 @@ func Tx(ctx context.Context) *sql.Tx {
 	return nil
 }
 
-// BeginTx implements idem.TxBeginner: it starts a transaction on the
-// store's DB. ctx bounds only acquiring a connection and starting; the
-// transaction outlives it (database/sql would otherwise roll it back when
-// the engine's store timeout ends).
+// BeginTx implements idem.TxBeginner. It takes a connection from the
+// pool for the request and, on it:
+//
+//	SET autocommit = 0, @idem_hold = GET_LOCK(<name of the record>, 0)
+//	[SET TRANSACTION ISOLATION LEVEL ...]    -- unless WithTxOptions gave none
+//	START TRANSACTION
+//	UPDATE <table> SET tx_mark = <random> WHERE <the record> AND token = <token> AND state = 1
+//
+// The UPDATE checks that the claim is still held (otherwise BeginTx
+// rolls back and returns idem.ErrLeaseLost) and locks the record's row
+// until the transaction ends: the transaction holds the claim by itself
+// (idem.ClaimHolder), so the engine sends no heartbeat for it, and the
+// request needs no connection but this one however long its handler runs.
+// Other requests' claims learn that it is held from the user-level lock
+// (GET_LOCK, which never waits) and answer with the in-progress record at
+// once, past its lease end too, instead of waiting for the row lock. The
+// mark lets Commit tell that the server rolled the transaction back (see
+// ErrRolledBack); autocommit off makes what the handler runs after such a
+// rollback open a new transaction, which Commit rolls back, rather than
+// commit on its own. Commit and Rollback restore autocommit and release
+// the lock before the connection goes back to the pool.
+//
+// ctx bounds only acquiring a connection and starting; the transaction
+// outlives it (database/sql would otherwise roll it back when the
+// engine's store timeout ends).
 func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string) (idem.Tx, error) {
+	if err := checkLen("key", key, maxKey); err != nil {
+		return nil, err
+	}
+	if err := checkLen("token", token, maxToken); err != nil {
+		return nil, err
+	}
+	// Prepare the completion before taking a connection: preparing takes
+	// one of its own (see lazyStmt.get).
+	st, done, err := s.commit.get(ctx, s.db)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: begin: %w", err)
+	}
 	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
-	var opts *sql.TxOptions
-	if s.txOptions != (sql.TxOptions{}) {
-		opts = &s.txOptions
-	}
-	tx, err := s.db.BeginTx(txCtx, opts)
-	if !stop() {
+	t := &txn{s: s.Store, cancel: cancel, stmtDone: done, stmt: st, scope: scopeKey(scope), rawScope: scope, key: key, token: token}
+	err = t.begin(txCtx, s.txOptions)
+	if !stop() && err == nil {
 		// ctx ended while starting: database/sql rolls the transaction
 		// back, if it started at all.
 		err = context.Cause(ctx)
 	}
 	if err != nil {
-		cancel()
+		t.abandon()
+		if errors.Is(err, idem.ErrLeaseLost) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("mysqlstore: begin: %w", err)
 	}
-	return &txn{s: s.Store, tx: tx, cancel: cancel, scope: scope, key: key, token: token}, nil
+	return t, nil
 }
 
 // txn is the idem.Tx an ExactlyOnceStore hands the engine.
 type txn struct {
-	s                 *Store
-	tx                *sql.Tx
-	cancel            context.CancelFunc // ends the transaction's context
-	scope, key, token string
-	done              bool
+	s        *Store
+	conn     *sql.Conn // the request's connection, from BeginTx to the end
+	held     bool      // holdSQL ran: autocommit is off and the lock may be held
+	tx       *sql.Tx
+	cancel   context.CancelFunc // ends the transaction's context
+	stmt     *sql.Stmt          // commitSQL, prepared on the pool
+	stmtDone func()
+	mark     []byte
+	scope    string // as stored (scopeKey)
+	rawScope string // as the engine gave it, for waking watchers
+	key      string
+	token    string
+	done     bool
+}
+
+var _ idem.ClaimHolder = (*txn)(nil)
+
+// HoldsClaim implements idem.ClaimHolder: the transaction holds the
+// record's row lock from BeginTx until it ends.
+func (t *txn) HoldsClaim() bool { return true }
+
+// begin takes the connection and starts the transaction (see BeginTx).
+func (t *txn) begin(ctx context.Context, opts sql.TxOptions) error {
+	conn, err := t.s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	t.conn = conn
+	t.held = true // from here on, end restores the session or discards it
+	if _, err := conn.ExecContext(ctx, t.s.q.hold.render(t.s.table, t.scope, t.key)); err != nil {
+		return err
+	}
+	var o *sql.TxOptions
+	if opts != (sql.TxOptions{}) {
+		o = &opts
+	}
+	if t.tx, err = conn.BeginTx(ctx, o); err != nil {
+		return err
+	}
+	t.mark = make([]byte, 16)
+	rand.Read(t.mark)
+	res, err := t.tx.ExecContext(ctx, t.s.q.mark.render(t.scope, t.key, t.token, t.mark))
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return idem.ErrLeaseLost
+	}
+	return nil
 }
 
 // Context returns parent carrying the transaction, for Tx.
@@ -111,33 +200,44 @@ func (t *txn) Context(parent context.Context) context.Context {
 }
 
 // Commit completes the record inside the transaction, with the same token
-// check as Store.Complete, and commits. On idem.ErrLeaseLost it rolls back
-// and commits nothing. A transaction the handler ended with Commit or
-// Rollback is failed: an answer of 400 or more is then stored on its own
-// (token-checked), one below 400 is refused.
+// check as Store.Complete plus the transaction's mark, and commits. A
+// response larger than MaxResponseSize is stored without its body. When
+// the record was not completed it rolls back, commits nothing and returns
+// idem.ErrLeaseLost (another request took the key over, which cannot
+// happen while the transaction holds it, or the record is gone) or an
+// error wrapping ErrRolledBack (the server had rolled the transaction
+// back: the handler's writes are gone). A transaction the handler ended
+// with Commit or Rollback is failed: an answer of 400 or more is then
+// stored on its own (token-checked), one below 400 is refused.
 func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt time.Time) error {
 	if t.done {
 		return errors.New("mysqlstore: commit: transaction already finished")
 	}
 	t.done = true
 	defer t.cancel()
-	q, err := t.s.completeSQL(t.scope, t.key, t.token, resp, now, expiresAt)
+	args, err := t.s.completion(t.rawScope, t.key, t.token, resp, expiresAt)
 	if err != nil {
 		t.end(ctx, t.tx.Rollback) //nolint:errcheck // the error above is the one to report
 		return err
 	}
-	res, err := t.tx.ExecContext(ctx, q)
+	st := t.tx.StmtContext(ctx, t.stmt)
+	res, err := st.ExecContext(ctx, append(args, t.mark)...)
+	st.Close()
 	if errors.Is(err, sql.ErrTxDone) {
+		t.finish(nil) // the handler ended it: give the connection back first
 		if resp.Status < 400 {
 			return fmt.Errorf("mysqlstore: commit: %w", errTxFailed)
 		}
 		// The handler rolled back and answered an error: none of its
 		// writes remain, which is what the answer says, so it is stored.
-		return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
+		return t.s.Complete(ctx, t.rawScope, t.key, t.token, resp, now, expiresAt)
 	}
-	if err == nil {
+	switch {
+	case deadlock(err):
+		err = fmt.Errorf("%w: %w", ErrRolledBack, err)
+	case err == nil:
 		if n, _ := res.RowsAffected(); n != 1 {
-			err = idem.ErrLeaseLost
+			err = t.lost(ctx)
 		}
 	}
 	if err != nil {
@@ -153,8 +253,28 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	if err := t.end(ctx, t.tx.Commit); err != nil {
 		return fmt.Errorf("mysqlstore: commit: %w", err)
 	}
-	t.s.wake(t.scope, t.key)
+	t.s.wake(t.rawScope, t.key)
 	return nil
+}
+
+// lost tells why the completion matched no row: the record is not held
+// by the token any more (idem.ErrLeaseLost), or it is, without the
+// transaction's mark, because the server rolled the transaction back.
+// After such a rollback this read runs in a new transaction, which Commit
+// then rolls back with whatever the handler ran after it.
+func (t *txn) lost(ctx context.Context) error {
+	var token, mark []byte
+	var state int64
+	err := t.tx.QueryRowContext(ctx, t.s.q.holder.render(t.scope, t.key)).Scan(&token, &state, &mark)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return idem.ErrLeaseLost
+	case err != nil:
+		return fmt.Errorf("the completion matched no row, and reading why failed: %w", err)
+	case string(token) == t.token && state == int64(idem.StateInProgress) && !bytes.Equal(mark, t.mark):
+		return ErrRolledBack
+	}
+	return idem.ErrLeaseLost
 }
 
 // Rollback rolls the transaction back. It is a no-op after Commit or a
@@ -172,14 +292,19 @@ func (t *txn) Rollback(ctx context.Context) error {
 }
 
 // end runs the transaction's Commit or Rollback, which database/sql and
-// the driver do not bound by a context, and returns when it is done or
-// when ctx ends, whichever comes first: a hung server must not hold the
-// request past the store timeout. An abandoned COMMIT finishes (or fails)
-// in the background; its outcome is then unknown, as for a connection
-// lost during COMMIT.
+// the driver do not bound by a context, then gives the connection back
+// (finish), and returns when the first is done or when ctx ends,
+// whichever comes first: a hung server must not hold the request past
+// the store timeout. An abandoned COMMIT finishes (or fails) in the
+// background, and gives the connection back then; its outcome is
+// unknown, as for a connection lost during COMMIT.
 func (t *txn) end(ctx context.Context, f func() error) error {
 	done := make(chan error, 1)
-	go func() { done <- f() }()
+	go func() {
+		err := f()
+		t.finish(err)
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		return err
@@ -187,6 +312,50 @@ func (t *txn) end(ctx context.Context, f func() error) error {
 		return context.Cause(ctx)
 	}
 }
+
+// finish gives the connection back to the pool once the transaction has
+// ended (ended is what its Commit or Rollback returned): with autocommit
+// on again and the user-level lock released, in one statement. When the
+// transaction may not have ended (its end failed) or that statement
+// fails, the connection is discarded instead: turning autocommit on would
+// commit an open transaction, and a closed connection ends the session,
+// its transaction and its lock.
+func (t *txn) finish(ended error) {
+	if t.stmtDone != nil {
+		t.stmtDone()
+		t.stmtDone = nil
+	}
+	if t.conn == nil {
+		return
+	}
+	conn := t.conn
+	t.conn = nil
+	if t.held {
+		err := ignoreDone(ended)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
+			_, err = conn.ExecContext(ctx, t.s.q.unhold.render(t.s.table, t.scope, t.key))
+			cancel()
+		}
+		if err != nil {
+			conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // marks it for discarding
+		}
+	}
+	conn.Close()
+}
+
+// abandon ends a transaction BeginTx could not finish starting.
+func (t *txn) abandon() {
+	var err error
+	if t.tx != nil {
+		err = t.tx.Rollback()
+	}
+	t.finish(err)
+	t.cancel()
+}
+
+// restoreTimeout bounds giving a connection back (finish).
+const restoreTimeout = 5 * time.Second
 
 func ignoreDone(err error) error {
 	if errors.Is(err, sql.ErrTxDone) {

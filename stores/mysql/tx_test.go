@@ -5,6 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,6 +54,9 @@ func (f txFixture) begin(t *testing.T, key string) (idem.Claim, context.Context,
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A test that fails before the transaction ends must not leave it
+	// holding the table's metadata lock when the cleanup drops the table.
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
 	return c, tx.Context(t.Context()), tx
 }
 
@@ -118,61 +125,89 @@ func TestExactlyOnceRollback(t *testing.T) {
 	}
 }
 
-// The lease ran out and another request took the key over while the
-// handler ran: Commit returns ErrLeaseLost and the handler's writes are
-// rolled back, so the work happens once even then.
+// The lease ran out and another request took the key over before the
+// transaction began: BeginTx fails with ErrLeaseLost and nothing is
+// written. Once it began, the transaction holds the claim: a claim past
+// the lease end answers with the record instead of taking it over, and
+// the commit, late as it is, lands.
 func TestExactlyOnceLeaseLost(t *testing.T) {
 	f := newTxFixture(t, nil)
-	c, ctx, tx := f.begin(t, "k")
-	if err := f.insert(ctx, 1, "a"); err != nil {
-		t.Fatal(err)
+	c := claimAt("k", "fp", "tok", t0, time.Minute)
+	if res, err := f.s.Claim(t.Context(), c); err != nil || !res.Acquired {
+		t.Fatal(res, err)
 	}
 	later := t0.Add(2 * time.Minute)
 	if res, err := f.s.Claim(t.Context(), claimAt("k", "fp", "other", later, time.Minute)); err != nil || !res.Acquired {
 		t.Fatalf("takeover = %+v %v", res, err)
 	}
-	err := tx.Commit(t.Context(), idem.Response{Status: 201}, later, later.Add(time.Hour))
-	if !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("commit = %v, want ErrLeaseLost", err)
-	}
-	if f.orderExists(t, 1) {
-		t.Fatal("order committed by a request that lost its claim")
+	if tx, err := f.s.BeginTx(t.Context(), c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		if tx != nil {
+			tx.Rollback(t.Context())
+		}
+		t.Fatalf("BeginTx after a takeover = %v, want ErrLeaseLost", err)
 	}
 	if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("release by the old owner = %v", err)
 	}
-	// Its lease is also checked against now inside the transaction.
-	_, _, tx2 := f.begin(t, "k2")
-	if err := tx2.Commit(t.Context(), idem.Response{Status: 200}, t0.Add(time.Minute), t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("commit at lease end = %v, want ErrLeaseLost", err)
+	if st := f.s.db.Stats(); st.InUse != 0 {
+		t.Fatalf("%d connections still in use after the failed BeginTx", st.InUse)
+	}
+
+	c2, ctx, tx := f.begin(t, "k2")
+	if err := f.insert(ctx, 1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.s.Claim(t.Context(), claimAt("k2", "fp", "other", later, time.Minute))
+	if err != nil || res.Acquired || res.Existing.State != idem.StateInProgress {
+		t.Fatalf("claim past the lease end of a held claim = %+v %v, want the in-progress record", res, err)
+	}
+	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, later, later.Add(time.Hour)); err != nil {
+		t.Fatalf("late commit of a held claim = %v", err)
+	}
+	if !f.orderExists(t, 1) {
+		t.Fatal("order missing after the late commit")
+	}
+	if rec, ok, err := f.s.Get(t.Context(), c2.Scope, c2.Key, later); err != nil || !ok || rec.State != idem.StateCompleted {
+		t.Fatalf("record after the late commit: %+v %v %v", rec, ok, err)
 	}
 }
 
-// The handler ends the transaction itself with the *sql.Tx's Rollback or
-// Commit: the engine's commit treats it as failed, storing an error
-// answer on its own and refusing a success.
+// The handler ends the transaction itself, with the *sql.Tx's Rollback
+// or Commit, or with ROLLBACK or COMMIT as SQL. After the methods the
+// engine's commit is failed, storing an error answer on its own and
+// refusing a success. After ROLLBACK as SQL the record is not completed
+// (the mark is gone, as after a deadlock); after COMMIT as SQL the record
+// completes with what came after.
 func TestExactlyOnceHandlerEndsTx(t *testing.T) {
 	f := newTxFixture(t, nil)
 	for i, tc := range []struct {
 		key    string
 		end    string
 		status int
-		stored bool // the answer is stored on its own
-		order  bool // the order was committed (by the handler's Commit)
+		stored bool  // the answer is stored
+		err    error // else the commit's error
+		order  bool  // the order was committed
 	}{
-		{"rollback-409", "rollback", 409, true, false},
-		{"rollback-201", "rollback", 201, false, false},
-		{"commit-201", "commit", 201, false, true},
+		{"rollback-409", "rollback", 409, true, nil, false},
+		{"rollback-201", "rollback", 201, false, errTxFailed, false},
+		{"commit-201", "commit", 201, false, errTxFailed, true},
+		{"rollback-sql-201", "ROLLBACK", 201, false, ErrRolledBack, false},
+		{"commit-sql-201", "COMMIT", 201, true, nil, true},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			c, ctx, tx := f.begin(t, tc.key)
 			if err := f.insert(ctx, 10+i, tc.key); err != nil {
 				t.Fatal(err)
 			}
-			if tc.end == "commit" {
+			switch tc.end {
+			case "commit":
 				Tx(ctx).Commit()
-			} else {
+			case "rollback":
 				Tx(ctx).Rollback()
+			default:
+				if _, err := Tx(ctx).ExecContext(ctx, tc.end); err != nil {
+					t.Fatal(err)
+				}
 			}
 			err := tx.Commit(t.Context(), idem.Response{Status: tc.status}, t0, t0.Add(time.Hour))
 			rec, ok, gerr := f.s.Get(t.Context(), c.Scope, c.Key, t0)
@@ -183,8 +218,8 @@ func TestExactlyOnceHandlerEndsTx(t *testing.T) {
 				if err != nil || rec.State != idem.StateCompleted || rec.Response.Status != tc.status {
 					t.Fatalf("commit = %v, record %+v", err, rec)
 				}
-			} else if !errors.Is(err, errTxFailed) || rec.State != idem.StateInProgress {
-				t.Fatalf("commit = %v, record %+v; want errTxFailed and the claim in progress", err, rec)
+			} else if !errors.Is(err, tc.err) || rec.State != idem.StateInProgress {
+				t.Fatalf("commit = %v, record %+v; want %v and the claim in progress", err, rec, tc.err)
 			}
 			if got := f.orderExists(t, 10+i); got != tc.order {
 				t.Fatalf("order exists = %v, want %v", got, tc.order)
@@ -334,10 +369,12 @@ func TestExactlyOnceIsolation(t *testing.T) {
 }
 
 // With MariaDB's innodb_snapshot_isolation on (the default from 11.6), a
-// REPEATABLE READ transaction cannot update a row changed after its first
-// read: the engine's heartbeat extending the lease meanwhile makes the
-// completion fail with error 1020. READ COMMITTED, the default here, has
-// no such snapshot, and the completion succeeds.
+// REPEATABLE READ transaction cannot update a row another transaction
+// changed after its first read (error 1020). A heartbeat extending the
+// lease while the handler ran did that to the record; the transaction now
+// holds its claim itself, so the engine sends none, and the completion
+// succeeds at every isolation level after a handler that outlives its
+// lease several times over.
 func TestExactlyOnceHeartbeatDuringHandler(t *testing.T) {
 	db := newDB(t, 4, func(c *mysql.Config) { c.Params = map[string]string{"innodb_snapshot_isolation": "ON"} })
 	var v sql.NullString
@@ -348,33 +385,126 @@ func TestExactlyOnceHeartbeatDuringHandler(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		s    *ExactlyOnceStore
-		ok   bool
 	}{
-		{"default", f.s, true},
-		{"repeatable read", f.s.WithTxOptions(sql.TxOptions{Isolation: sql.LevelRepeatableRead}), false},
+		{"default", f.s},
+		{"repeatable read", f.s.WithTxOptions(sql.TxOptions{Isolation: sql.LevelRepeatableRead})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := claimAt(tc.name, "fp", "t", t0, time.Minute)
-			if _, err := tc.s.Claim(t.Context(), c); err != nil {
-				t.Fatal(err)
-			}
-			tx, err := tc.s.BeginTx(t.Context(), c.Scope, c.Key, c.Token)
+			var extends atomic.Int32
+			e, err := idem.New(tc.s, idem.WithLogger(quietLog), idem.WithLease(300*time.Millisecond),
+				idem.WithStoreObserver(func(_ context.Context, op idem.StoreOp, _ time.Duration, _ error) {
+					if op == idem.StoreExtend {
+						extends.Add(1)
+					}
+				}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer tx.Rollback(t.Context())
-			var n int
-			if err := Tx(tx.Context(t.Context())).QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(f.s.table)).Scan(&n); err != nil {
+			h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var n int
+				if err := Tx(r.Context()).QueryRowContext(r.Context(), "SELECT COUNT(*) FROM "+quoteIdent(f.s.table)).Scan(&n); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+				time.Sleep(time.Second) // several beats of a 300ms lease
+				w.WriteHeader(http.StatusCreated)
+			}))
+			req := httptest.NewRequest("POST", "/", nil)
+			req.Header.Set("Idempotency-Key", strings.ReplaceAll(tc.name, " ", "-"))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != http.StatusCreated {
+				t.Fatalf("answer %d %s, want 201", w.Code, w.Body)
+			}
+			if n := extends.Load(); n != 0 {
+				t.Errorf("the engine extended a claim its transaction holds %d times", n)
+			}
+		})
+	}
+}
+
+// Every way a transaction ends gives its connection back to the pool as
+// it found it: autocommit on, no transaction open, no user-level lock
+// held, so the pool's next user (the store's own statements, which must
+// commit on their own) is unaffected.
+func TestExactlyOnceGivesConnectionsBack(t *testing.T) {
+	db := newDB(t, 1)
+	f := newTxFixture(t, db)
+	ok := idem.Response{Status: 200}
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, key string)
+	}{
+		{"commit", func(t *testing.T, key string) {
+			_, _, tx := f.begin(t, key)
+			if err := tx.Commit(t.Context(), ok, t0, t0.Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			if err := tc.s.Extend(t.Context(), c.Scope, c.Key, c.Token, t0, t0.Add(2*time.Minute)); err != nil {
+		}},
+		{"rollback", func(t *testing.T, key string) {
+			_, _, tx := f.begin(t, key)
+			if err := tx.Rollback(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			err = tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour))
-			if tc.ok != (err == nil) {
-				t.Fatalf("commit = %v, want success %v", err, tc.ok)
+		}},
+		{"bad response", func(t *testing.T, key string) {
+			_, _, tx := f.begin(t, key)
+			if err := tx.Commit(t.Context(), idem.Response{Status: 99}, t0, t0.Add(time.Hour)); err == nil {
+				t.Fatal("a status of 99 was committed")
 			}
-			t.Logf("commit: %v", err)
+		}},
+		{"handler commits", func(t *testing.T, key string) {
+			_, ctx, tx := f.begin(t, key)
+			Tx(ctx).Commit()
+			if err := tx.Commit(t.Context(), ok, t0, t0.Add(time.Hour)); !errors.Is(err, errTxFailed) {
+				t.Fatal(err)
+			}
+		}},
+		{"server rolled back", func(t *testing.T, key string) {
+			_, ctx, tx := f.begin(t, key)
+			Tx(ctx).ExecContext(ctx, "ROLLBACK")
+			if err := f.insert(ctx, 7, key); err != nil { // runs in a new transaction
+				t.Fatal(err)
+			}
+			if err := tx.Commit(t.Context(), ok, t0, t0.Add(time.Hour)); !errors.Is(err, ErrRolledBack) {
+				t.Fatal(err)
+			}
+			if f.orderExists(t, 7) {
+				t.Fatal("a write made after the rollback committed")
+			}
+		}},
+		{"claim lost", func(t *testing.T, key string) {
+			c := claimAt(key, "fp", "tok", t0, time.Minute)
+			if _, err := f.s.Claim(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.s.BeginTx(t.Context(), c.Scope, c.Key, "another"); !errors.Is(err, idem.ErrLeaseLost) {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.run(t, tc.name)
+			var autocommit int
+			var held sql.NullInt64
+			if err := db.QueryRowContext(t.Context(), "SELECT @@autocommit").Scan(&autocommit); err != nil {
+				t.Fatal(err)
+			}
+			scope := claimAt("", "", "", t0, 0).Scope
+			holder := compile("SELECT IS_USED_LOCK("+holdName+")", quoteIdent(f.s.table), "table", "scope", "key")
+			if err := db.QueryRowContext(t.Context(), holder.render(f.s.table, scopeKey(scope), tc.name)).Scan(&held); err != nil {
+				t.Fatal(err)
+			}
+			var open int
+			if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = CONNECTION_ID()").Scan(&open); err != nil {
+				t.Fatal(err)
+			}
+			if autocommit != 1 || held.Valid || open != 0 {
+				t.Fatalf("the pool's connection: autocommit %d, lock held by %v, %d transactions open; want 1, none, 0", autocommit, held, open)
+			}
+			if st := db.Stats(); st.InUse != 0 {
+				t.Fatalf("%d connections in use", st.InUse)
+			}
 		})
 	}
 }

@@ -16,10 +16,14 @@ const watchChunk = 100
 //     its key in this process at once, without a statement.
 //   - One poller per Store reads the state of every watched key with one
 //     consistent read per 100 keys, every watch interval (default 100ms),
-//     and wakes the waiters of a key whose row is gone, completed,
-//     expired, or held by another claim than when the poller first saw
-//     it. That is how a waiter learns about another process's completion:
-//     within one interval plus one query.
+//     and wakes the waiters of a key whose row is gone, completed, or held
+//     by another claim than when the poller first saw it. That is how a
+//     waiter learns about another process's completion: within one
+//     interval plus one query. An in-progress record whose lease ended
+//     does not wake it: an exactly-once transaction may hold it past its
+//     lease (the waiter would only find it held again), and a waiter
+//     polls by itself as well, so it takes an abandoned claim over
+//     within its own poll interval.
 //
 // The poller runs only while there are watches, and stops on Close; a
 // failing poll wakes the waiters of its keys (so the engine polls itself)
@@ -132,9 +136,8 @@ func (s *Store) poll() {
 
 // rowState is what a poll reads of a watched key.
 type rowState struct {
-	token     string
-	state     int64
-	expiresAt int64
+	token string
+	state int64
 }
 
 // pollOnce reads every watched key once and wakes the waiters whose key
@@ -151,7 +154,6 @@ func (s *Store) pollOnce() {
 		chunk := keys[:min(len(keys), watchChunk)]
 		keys = keys[len(chunk):]
 		rows, err := s.readWatched(chunk)
-		now := time.Now().UnixMicro()
 		ws.mu.Lock()
 		if err != nil {
 			if !ws.failing && s.ctx.Err() == nil {
@@ -167,7 +169,7 @@ func (s *Store) pollOnce() {
 			r, ok := rows[k]
 			for w := range set {
 				switch {
-				case err != nil, !ok, r.state != 1, r.expiresAt <= now:
+				case err != nil, !ok, r.state != 1:
 					w.fire()
 				case !w.seen:
 					w.seen, w.token = true, r.token
@@ -206,7 +208,7 @@ func (s *Store) readWatched(keys []watchKey) (map[watchKey]rowState, error) {
 	for rows.Next() {
 		var scope, key, token []byte
 		var r rowState
-		if err := rows.Scan(&scope, &key, &token, &r.state, &r.expiresAt); err != nil {
+		if err := rows.Scan(&scope, &key, &token, &r.state); err != nil {
 			return nil, err
 		}
 		r.token = string(token)
