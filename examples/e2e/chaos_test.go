@@ -35,9 +35,14 @@ const chaosShort = 8 * time.Second
 //	IDEM_CHAOS_DURATION=5m IDEM_CHAOS_ARGS='-instances 5 -workers 16' \
 //	  go test -run TestChaos -timeout 30m -v ./e2e
 //
-// It is not parallel with the other tests: its leases are short (2 s),
-// and a machine busy with other tests would make its timing harsher than
-// intended.
+// It is not parallel with the other tests, and it runs the instances with
+// a 4 s lease and a 1 s store timeout rather than the program's 2 s and
+// 500 ms: five runs at once on a loaded machine (two cores, databases,
+// other packages' tests) starve processes of CPU for a second or more,
+// and an instance that cannot reach its store for a whole lease after
+// running a request lets another take the key over and run it again.
+// That is the promise's stated limit (README, "Limits"), not a fault the
+// test injected, so the lease leaves room for the machine.
 func TestChaos(t *testing.T) {
 	duration := chaosShort
 	if v := os.Getenv("IDEM_CHAOS_DURATION"); v != "" {
@@ -71,7 +76,8 @@ func TestChaos(t *testing.T) {
 				args = []string{"-store", "mysql", "-mysql-dsn", reachableMySQL(t)}
 			}
 			args = append(args, tc.args...)
-			args = append(args, "-fixture", filepath.Join(bin, "fixture"), "-duration", duration.String(), "-fault-every", "500ms")
+			args = append(args, "-fixture", filepath.Join(bin, "fixture"), "-duration", duration.String(), "-fault-every", "500ms",
+				"-lease", "4s", "-store-timeout", "1s")
 			args = append(args, extra...)
 			ctx, cancel := context.WithTimeout(t.Context(), duration+3*time.Minute)
 			defer cancel()
