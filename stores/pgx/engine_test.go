@@ -120,7 +120,7 @@ func TestEngineExactlyOnce(t *testing.T) {
 		}
 	})
 
-	t.Run("commit failure answers 500 and releases", func(t *testing.T) {
+	t.Run("commit failure answers 503 and releases", func(t *testing.T) {
 		if resp, body := o.post(t, "k-first", "dup"); resp.StatusCode != http.StatusCreated {
 			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
@@ -128,15 +128,18 @@ func TestEngineExactlyOnce(t *testing.T) {
 		// Another key with the same ref: the deferred unique constraint
 		// fails at COMMIT, after the handler has answered 201.
 		resp, body := o.post(t, "k-dup", "dup")
-		if resp.StatusCode != http.StatusInternalServerError || strings.Contains(body, `"ref"`) {
-			t.Fatalf("status %d: %s; want 500 without the handler's body", resp.StatusCode, body)
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "commit-failed") || strings.Contains(body, `"ref"`) {
+			t.Fatalf("status %d: %s; want 503 commit-failed without the handler's body", resp.StatusCode, body)
+		}
+		if resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("commit-failed without Retry-After: %v", resp.Header)
 		}
 		if n := o.orders(t, "dup"); n != 1 {
 			t.Fatalf("%d orders with ref dup, want 1", n)
 		}
 		// Released: the retry runs again (and fails again the same way).
 		resp, _ = o.post(t, "k-dup", "dup")
-		if resp.StatusCode != http.StatusInternalServerError || o.runs.Load()-runs != 2 {
+		if resp.StatusCode != http.StatusServiceUnavailable || o.runs.Load()-runs != 2 {
 			t.Fatalf("retry: status %d, %d runs", resp.StatusCode, o.runs.Load()-runs)
 		}
 		scope := idem.Scope("", "POST", "/orders")

@@ -148,6 +148,13 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 			return nil, nil, fmt.Errorf("-mysql-dsn: %w", err)
 		}
 		db := sql.OpenDB(conn)
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = db.PingContext(pctx)
+		cancel()
+		if err != nil {
+			db.Close()
+			return nil, nil, fmt.Errorf("-mysql-dsn: MySQL at %s does not answer: %w", cfg.Addr, err)
+		}
 		s, err := mysqlstore.New(db, mysqlstore.WithTable(f.MySQLTable))
 		if err != nil {
 			db.Close()
