@@ -2,6 +2,7 @@ package idem
 
 import (
 	"net/http"
+	"reflect"
 	"time"
 )
 
@@ -23,8 +24,8 @@ type Engine struct {
 // documents its default. It returns an error wrapping ErrBadOption when an
 // option's value is invalid.
 func New(store Store, opts ...Option) (*Engine, error) {
-	if store == nil {
-		return nil, badOption("nil store")
+	if isNil(store) {
+		return nil, badOption("the store is nil (%T); pass a store its package's New returned", store)
 	}
 	e := &Engine{cfg: defaultConfig(), store: store}
 	for _, o := range opts {
@@ -52,12 +53,21 @@ func New(store Store, opts ...Option) (*Engine, error) {
 			c.lease = DefaultLease
 		}
 	}
+	if c.lease > c.retention {
+		if leaseSet {
+			return nil, badOption("lease %v is longer than the retention %v: a claim would outlive the response it keeps; use a lease of at most %v or a longer retention", c.lease, c.retention, c.retention)
+		}
+		c.lease = c.retention
+	}
 	if c.heartbeat > 0 && c.heartbeat >= c.lease {
 		return nil, badOption("heartbeat interval %v must be shorter than the lease %v", c.heartbeat, c.lease)
 	}
 	if fb, ok := store.(FailoverBound); ok {
 		if err := c.outlast(fb.FailoverTime(), leaseSet); err != nil {
 			return nil, err
+		}
+		if c.lease > c.retention {
+			return nil, badOption("retention %v is shorter than the lease %v a failover of the store needs (%v): use a retention of at least %v", c.retention, c.lease, fb.FailoverTime(), c.lease)
 		}
 	}
 	if clk, ok := store.(Clock); ok {
@@ -176,4 +186,17 @@ func needLease(d, heartbeat time.Duration, beat bool) time.Duration {
 		l = d + d/2 // lease - lease/3 >= d
 	}
 	return (l + time.Second - 1).Truncate(time.Second)
+}
+
+// isNil reports whether store is nil or a nil pointer, map, slice,
+// channel or func: a typed nil would panic on the first request.
+func isNil(store Store) bool {
+	if store == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(store); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }

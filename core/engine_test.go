@@ -82,6 +82,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"heartbeat longer than lease", []Option{WithLease(time.Second), WithHeartbeat(time.Second)}},
 		{"nil namespace", []Option{WithNamespace(nil)}},
 		{"nil clock", []Option{WithClock(nil)}},
+		{"lease longer than retention", []Option{WithLease(48 * time.Hour), WithRetention(24 * time.Hour)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := New(s, tc.opts...); !errors.Is(err, ErrBadOption) {
@@ -91,6 +92,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := New(nil); !errors.Is(err, ErrBadOption) {
 		t.Errorf("New(nil): %v", err)
+	}
+	if _, err := New((*testStore)(nil)); !errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), "*idem.testStore") {
+		t.Errorf("New with a typed nil store: %v, want ErrBadOption naming the type", err)
 	}
 	type plain struct{ Store }
 	if _, err := New(plain{s}, WithHeartbeat(time.Second)); err == nil || !strings.Contains(err.Error(), "Extender") {
@@ -587,5 +591,42 @@ func TestFingerprintRequestMatchesFingerprint(t *testing.T) {
 		if got, want := fingerprintRequest(r, body), Fingerprint("POST", r.URL.RequestURI(), body); got != want {
 			t.Errorf("%s: fingerprintRequest %s, Fingerprint %s", target, got, want)
 		}
+	}
+}
+
+// TestDefaultLeaseCappedAtRetention: a retention shorter than the default
+// lease caps the lease, and Lease reports the lease in effect.
+func TestDefaultLeaseCappedAtRetention(t *testing.T) {
+	e, err := New(newTestStore(), WithRetention(2*time.Second), WithHeartbeat(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	if e.Lease() != 2*time.Second {
+		t.Errorf("Lease() = %v, want the retention, 2s", e.Lease())
+	}
+}
+
+// TestBadRouteOptionsPanic: route options have no error to return, so a
+// value that can never work panics where the routes are declared, with
+// an error wrapping ErrBadOption.
+func TestBadRouteOptionsPanic(t *testing.T) {
+	for name, declare := range map[string]func(){
+		"negative TTL":            func() { TTL(-time.Hour) },
+		"zero TTL":                func() { TTL(0) },
+		"TTL below a millisecond": func() { TTL(time.Microsecond) },
+		"TTL above MaxLifetime":   func() { TTL(MaxLifetime + 1) },
+		"ForRoute without method": func() { ForRoute("", "/orders", Skip()) },
+		"ForRoute without slash":  func() { ForRoute("POST", "orders", Skip()) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				err, _ := recover().(error)
+				if !errors.Is(err, ErrBadOption) {
+					t.Errorf("recovered %v, want an error wrapping ErrBadOption", err)
+				}
+			}()
+			declare()
+		})
 	}
 }

@@ -33,6 +33,6 @@ func TestHeartbeatFollowsTheRouteLease(t *testing.T) {
 
 func TestTinyRouteTTLWithHeartbeat(t *testing.T) {
 	e, _ := newEngine(t, newTestStore(), WithHeartbeat(time.Second))
-	h := e.Middleware(TTL(2))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	h := e.Middleware(TTL(time.Millisecond))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	post(h, "/", "k", "") // must not crash the process
 }

@@ -148,10 +148,12 @@ func WithOptionalKey() Option {
 }
 
 // WithLease sets how long an in-flight claim blocks other requests with the
-// same key if it is neither completed nor released (its process died). It is
-// capped at the retention in effect. Default: 15 seconds when the heartbeat
-// keeps running claims alive (the store implements Extender; see
-// WithHeartbeat), otherwise 5 minutes.
+// same key if it is neither completed nor released (its process died).
+// New refuses a lease longer than the engine's retention (WithRetention);
+// a route whose TTL is shorter gives its claims a lease of its TTL.
+// Default: 15 seconds when the heartbeat keeps running claims alive (the
+// store implements Extender; see WithHeartbeat), otherwise 5 minutes,
+// capped at the retention.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 || d > MaxLifetime {
@@ -438,15 +440,16 @@ func Required() RouteOption { return func(p *Policy) { p.required = true } }
 // runs unprotected.
 func Optional() RouteOption { return func(p *Policy) { p.required = false } }
 
-// TTL sets the retention of responses stored on these routes. A value that
-// is not positive keeps the engine's retention; one above MaxLifetime is
-// MaxLifetime.
+// TTL sets the retention of responses stored on these routes, from one
+// millisecond to MaxLifetime. TTL panics with an error wrapping
+// ErrBadOption for a value outside that range: like a bad pattern given
+// to http.ServeMux, it is a mistake in the program, caught where the
+// routes are declared.
 func TTL(d time.Duration) RouteOption {
-	return func(p *Policy) {
-		if d > 0 {
-			p.retention = min(d, MaxLifetime)
-		}
+	if d < time.Millisecond || d > MaxLifetime {
+		panic(badOption("TTL %v is not between 1ms and %v", d, MaxLifetime))
 	}
+	return func(p *Policy) { p.retention = d }
 }
 
 // Skip makes these routes pass through untouched, as if the middleware
@@ -463,7 +466,13 @@ func Skip() RouteOption { return func(p *Policy) { p.skip = true } }
 //
 // The route is written in the router's own syntax ("/orders/:id" for Gin
 // and Echo, "/orders/{id}" for Chi and ServeMux).
+//
+// ForRoute panics with an error wrapping ErrBadOption when method is empty
+// or route does not start with "/": such a rule could never match.
 func ForRoute(method, route string, opts ...RouteOption) RouteOption {
+	if method == "" || !strings.HasPrefix(route, "/") {
+		panic(badOption("ForRoute(%q, %q): want a method and a route template starting with /", method, route))
+	}
 	return func(p *Policy) {
 		if p.overrides == nil {
 			p.overrides = make(map[routeKey][]RouteOption)

@@ -2,11 +2,11 @@ package idemgrpc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	idem "github.com/idemkit/idem/core"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -40,8 +40,9 @@ const (
 )
 
 // ErrBadOption is wrapped by every error UnaryServerInterceptor and
-// UnaryClientInterceptor return for a bad option.
-var ErrBadOption = errors.New("idemgrpc: bad option")
+// UnaryClientInterceptor return for a bad option. It wraps
+// idem.ErrBadOption.
+var ErrBadOption = fmt.Errorf("idemgrpc: %w", idem.ErrBadOption)
 
 func badOption(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrBadOption}, args...)...)
@@ -90,6 +91,7 @@ type MethodOption func(*policy)
 type policy struct {
 	mode      mode
 	retention time.Duration // 0: the engine's
+	err       error         // a bad MethodOption's, returned by ForMethod
 }
 
 type mode uint8
@@ -111,13 +113,17 @@ func Optional() MethodOption { return func(p *policy) { p.mode = optional } }
 // were not there (reads, health checks).
 func Skip() MethodOption { return func(p *policy) { p.mode = skip } }
 
-// TTL sets how long the methods' answers are replayed; a value that is
-// not positive keeps the engine's retention (idem.WithRetention).
+// TTL sets how long the methods' answers are replayed, from one
+// millisecond to idem.MaxLifetime; ForMethod returns an error wrapping
+// ErrBadOption for another value. Default: the engine's retention
+// (idem.WithRetention).
 func TTL(d time.Duration) MethodOption {
 	return func(p *policy) {
-		if d > 0 {
-			p.retention = d
+		if d < time.Millisecond || d > idem.MaxLifetime {
+			p.err = badOption("TTL %v is not between 1ms and %v", d, idem.MaxLifetime)
+			return
 		}
+		p.retention = d
 	}
 }
 
@@ -236,6 +242,12 @@ func WithFinalCodes(cs ...codes.Code) Option {
 //	idemgrpc.ForMethod("/orders.v1.Orders/Quote", idemgrpc.Optional(), idemgrpc.TTL(time.Hour))
 func ForMethod(pattern string, opts ...MethodOption) Option {
 	return serverOption(func(c *serverConfig) error {
+		if p := resolve(opts); p.err != nil {
+			return fmt.Errorf("ForMethod(%q): %w", pattern, p.err)
+		}
+		if err := knownMethod(pattern); err != nil {
+			return err
+		}
 		switch service, method, ok := splitMethod(pattern); {
 		case pattern == "*":
 			c.base = append(c.base, opts...)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
+	idem "github.com/idemkit/idem/core"
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 )
@@ -28,8 +29,12 @@ func TestBadOptions(t *testing.T) {
 		"an empty pattern":        idemgrpc.ForMethod(""),
 		"a type for a service":    idemgrpc.WithResponseType("/a/*", &testpb.Empty{}),
 		"a nil type":              idemgrpc.WithResponseType(unaryCall, nil),
+		"a negative TTL":          idemgrpc.ForMethod(unaryCall, idemgrpc.TTL(-time.Hour)),
+		"a zero TTL":              idemgrpc.ForMethod("*", idemgrpc.TTL(0)),
+		"a method not in service": idemgrpc.ForMethod("/grpc.testing.TestService/UnaryCal", idemgrpc.Skip()),
 	} {
-		if _, err := idemgrpc.UnaryServerInterceptor(engine, opt); !errors.Is(err, idemgrpc.ErrBadOption) {
+		_, err := idemgrpc.UnaryServerInterceptor(engine, opt)
+		if !errors.Is(err, idemgrpc.ErrBadOption) || !errors.Is(err, idem.ErrBadOption) {
 			t.Errorf("%s: %v, want ErrBadOption", name, err)
 		}
 	}

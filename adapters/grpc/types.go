@@ -66,3 +66,23 @@ func methodOutput(fullMethod string) (protoreflect.MessageType, error) {
 	}
 	return t, nil
 }
+
+// knownMethod checks a ForMethod pattern against the services registered
+// in protoregistry.GlobalFiles: a method its service does not have is a
+// typo that would leave the real method on the default policy. Patterns
+// of services not registered there (hand-written service descriptors)
+// cannot be checked and pass.
+func knownMethod(pattern string) error {
+	service, method, ok := splitMethod(pattern)
+	if !ok || method == "*" {
+		return nil
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
+	if err != nil {
+		return nil
+	}
+	if sd, ok := d.(protoreflect.ServiceDescriptor); ok && sd.Methods().ByName(protoreflect.Name(method)) == nil {
+		return badOption("ForMethod(%q): service %s has no method %s", pattern, service, method)
+	}
+	return nil
+}

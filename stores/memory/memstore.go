@@ -110,7 +110,9 @@ func WithClock(now func() time.Time) Option {
 
 // Store is an in-memory idempotency store. Create one with [New]; call
 // [Store.Close] when done with it to stop its sweeper. All methods are safe
-// for concurrent use.
+// for concurrent use. The zero Store works too, without limits and without
+// a sweeper (as New with WithMaxEntries(0), WithMaxBytes(0) and
+// WithSweepInterval(0)).
 type Store struct {
 	mu      sync.Mutex
 	entries map[recordKey]*entry
@@ -191,6 +193,15 @@ func New(opts ...Option) *Store {
 		go sweepLoop(weak.Make(s), s.closed, cfg.sweepInterval, cfg.clock)
 	}
 	return s
+}
+
+// init makes the maps of a zero Store, on its first write; s.mu is held.
+func (s *Store) init() {
+	if s.entries == nil {
+		s.entries = make(map[recordKey]*entry)
+		s.waiters = make(map[recordKey][]chan struct{})
+		s.lingering.byGone = true
+	}
 }
 
 // Close stops the background sweeper. The store keeps working without it.
@@ -372,6 +383,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		token: c.Token,
 	}
 	e.setGone()
+	s.init()
 	s.entries[k] = e
 	s.running.push(e)
 	s.lingering.push(e)
@@ -534,6 +546,7 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 	k := recordKey{scope, key}
 	ch := make(chan struct{})
 	s.mu.Lock()
+	s.init()
 	s.waiters[k] = append(s.waiters[k], ch)
 	s.mu.Unlock()
 	stop := func() {

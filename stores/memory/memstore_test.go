@@ -33,6 +33,12 @@ func TestConformanceWithoutSweeper(t *testing.T) {
 	})
 }
 
+// TestConformanceZeroStore: the zero Store is a usable store, without
+// limits or sweeper, rather than a panic on the first request.
+func TestConformanceZeroStore(t *testing.T) {
+	conformance.RunStore(t, func(t *testing.T) idem.Store { return &memstore.Store{} })
+}
+
 const scope = "4:acme4:POST7:/orders"
 
 func claim(key string, now time.Time, lease time.Duration) idem.Claim {

@@ -22,8 +22,8 @@ var (
 	// ErrBadOption is wrapped by the error New returns for a bad
 	// argument or option (a nil *sql.DB, a table name that does not match
 	// ^[A-Za-z_][A-Za-z0-9_]{0,63}$, a negative interval), and by Schema's
-	// error for a bad table name.
-	ErrBadOption = errors.New("mysqlstore: bad option")
+	// error for a bad table name. It wraps idem.ErrBadOption.
+	ErrBadOption = fmt.Errorf("mysqlstore: %w", idem.ErrBadOption)
 	// ErrClosed means Watch or Sweep was called after Close.
 	ErrClosed = errors.New("mysqlstore: store closed")
 	// ErrRolledBack is wrapped by the error an exactly-once Commit returns

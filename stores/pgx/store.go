@@ -23,8 +23,8 @@ import (
 var (
 	// ErrBadOption is wrapped by the error New (or Schema) returns for an
 	// option it cannot use: a table name that does not match
-	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$, a negative sweep interval.
-	ErrBadOption = errors.New("pgxstore: bad option")
+	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$, a negative sweep interval. It wraps idem.ErrBadOption.
+	ErrBadOption = fmt.Errorf("pgxstore: %w", idem.ErrBadOption)
 	// ErrClosed means Watch or Sweep was called after Close.
 	ErrClosed = errors.New("pgxstore: store closed")
 	// ErrTxManaged is returned when a handler calls Commit on the

@@ -16,8 +16,8 @@ import (
 // with the failing operation named.
 var (
 	// ErrBadOption is wrapped by the error New returns for an option
-	// value it cannot use.
-	ErrBadOption = errors.New("redisstore: bad option")
+	// value it cannot use. It wraps idem.ErrBadOption.
+	ErrBadOption = fmt.Errorf("redisstore: %w", idem.ErrBadOption)
 	// ErrClosed is returned by Watch after Close.
 	ErrClosed = errors.New("redisstore: store closed")
 	// ErrNotReplicated is wrapped by the error of a write that fewer
