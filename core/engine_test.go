@@ -153,6 +153,37 @@ func TestSlogObserverNeverLogsTheKey(t *testing.T) {
 	}
 }
 
+// TestSlogObserverLevel: at info level, SlogObserverLevel(..., info)
+// logs one line per execution and replay, SlogObserver none.
+func TestSlogObserverLevel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		obs   func(*slog.Logger) Observer
+		lines int
+	}{
+		{"SlogObserver", SlogObserver, 0},
+		{"SlogObserverLevel info", func(l *slog.Logger) Observer { return SlogObserverLevel(l, slog.LevelInfo) }, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			e, err := New(newTestStore(), WithObserver(tc.obs(logger)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+			post(h, "/", "k", "")
+			post(h, "/", "k", "")
+			if got := strings.Count(buf.String(), "level=INFO msg=idempotency"); got != tc.lines {
+				t.Errorf("%d info lines, want %d: %s", got, tc.lines, buf.String())
+			}
+			if tc.lines > 0 && (!strings.Contains(buf.String(), "outcome=executed") || !strings.Contains(buf.String(), "outcome=replayed")) {
+				t.Errorf("want an executed and a replayed line: %s", buf.String())
+			}
+		})
+	}
+}
+
 func TestHijackReleases(t *testing.T) {
 	s := newTestStore()
 	e, ev := newEngine(t, s)

@@ -176,12 +176,21 @@ func hashKey(key string) string {
 // up (a completion lost, expired or dropped, a failed release) at error.
 // It logs the key's hash, never the key.
 func SlogObserver(logger *slog.Logger) Observer {
+	return SlogObserverLevel(logger, slog.LevelDebug)
+}
+
+// SlogObserverLevel is SlogObserver with replays, executions and skips
+// logged at level routine instead of debug: slog.LevelInfo gives one line
+// per request a service handles, as the examples do:
+//
+//	engine, err := idem.New(store, idem.WithObserver(idem.SlogObserverLevel(logger, slog.LevelInfo)))
+func SlogObserverLevel(logger *slog.Logger, routine slog.Level) Observer {
 	return func(ctx context.Context, ev Event) {
 		l := logger
 		if l == nil {
 			l = slog.Default()
 		}
-		level := slog.LevelDebug
+		level := routine
 		switch ev.Outcome {
 		case OutcomeConflict, OutcomeWaitTimeout, OutcomeFingerprintMismatch,
 			OutcomeMissingKey, OutcomeInvalidKey, OutcomeBodyTooLarge, OutcomeBodyUnreadable, OutcomeNotAcceptable:

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"flag"
+	"log/slog"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -40,7 +41,7 @@ func main() {
 
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
-	var opts []idem.Option
+	opts := []idem.Option{app.LogEach()}
 	var metricsHandler http.Handler
 	if metrics {
 		registry := prometheus.NewRegistry()
@@ -48,7 +49,10 @@ func main() {
 		if err != nil {
 			app.Fatal(err, false)
 		}
-		inst, err := idemotel.New(idemotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))))
+		inst, err := idemotel.New(
+			idemotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))),
+			idemotel.WithNext(idem.SlogObserverLevel(nil, slog.LevelInfo)),
+		)
 		if err != nil {
 			app.Fatal(err, false)
 		}

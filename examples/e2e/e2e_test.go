@@ -45,6 +45,7 @@ func TestMain(m *testing.M) {
 		"github.com/idemkit/idem/examples/client",
 		"github.com/idemkit/idem/examples/natsconsumer",
 		"github.com/idemkit/idem/examples/chaos",
+		"github.com/idemkit/idem/examples/quickstart",
 	)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -237,7 +238,7 @@ func TestFixtureBadFlags(t *testing.T) {
 }
 
 func TestOrdersExamples(t *testing.T) {
-	for _, ex := range []string{"nethttp", "chi", "gin", "echo", "echov5"} {
+	for _, ex := range []string{"quickstart", "nethttp", "chi", "gin", "echo", "echov5"} {
 		t.Run(ex, func(t *testing.T) {
 			t.Parallel()
 			checkOrders(t, start(t, ex))

@@ -19,7 +19,7 @@ func main() {
 	ctx := context.Background()
 	store, closeStore := flags.Store.MustOpen(ctx)
 	defer closeStore()
-	engine, err := idem.New(store)
+	engine, err := idem.New(store, app.LogEach())
 	if err != nil {
 		app.Fatal(err, false)
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"flag"
+	"fmt"
 	"os"
 )
 
@@ -24,6 +25,7 @@ func ParseOrders(name string, extra func(fs *flag.FlagSet)) OrdersFlags {
 	if extra != nil {
 		extra(fs)
 	}
+	fs.Usage = func() { ordersUsage(fs, name) }
 	fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -34,4 +36,28 @@ func ParseOrders(name string, extra func(fs *flag.FlagSet)) OrdersFlags {
 	}
 	f.Log.Install()
 	return f
+}
+
+// ordersUsage prints what an orders example serves, how to try it, and
+// its flags.
+func ordersUsage(fs *flag.FlagSet, name string) {
+	framework := map[string]string{"chi": "Chi", "gin": "Gin", "echo": "Echo v4", "echov5": "Echo v5", "nethttp": "net/http"}[name]
+	w := fs.Output()
+	fmt.Fprintf(w, `%[1]s serves an orders API on %[2]s with idem's middleware: POST and
+PATCH need an Idempotency-Key; a retry with the same key gets the stored
+answer with Idempotent-Replayed: true, a reused key with another body 422.
+
+Routes:
+  POST /orders                  create an order {"item":"book","quantity":2}
+  GET  /orders, /orders/{id}    read them (never keyed)
+  POST /orders/{id}/payments    pay an order {"amount":19.99}
+
+Try it:
+  go run ./examples/%[1]s &
+  curl -i -X POST localhost:8080/orders -H 'Idempotency-Key: k1' -d '{"item":"book","quantity":2}'
+  (the same command again replays; each request logs one "idempotency" line)
+
+Usage: %[1]s [flags]
+`, name, framework)
+	fs.PrintDefaults()
 }

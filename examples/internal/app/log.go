@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	idem "github.com/idemkit/idem/core"
 )
 
 // LogFlags is -log-level: the level of the program's log/slog records,
@@ -35,4 +37,11 @@ type redisLogger struct{ l *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "source", "go-redis")
+}
+
+// LogEach is the engine option the examples use: one info-level line per
+// request idem handles (executions and replays included, which
+// idem.SlogObserver keeps at debug), on the default logger.
+func LogEach() idem.Option {
+	return idem.WithObserver(idem.SlogObserverLevel(nil, slog.LevelInfo))
 }
