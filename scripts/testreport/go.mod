@@ -1,0 +1,3 @@
+module github.com/idemkit/idem/scripts/testreport
+
+go 1.26
