@@ -75,7 +75,7 @@ func main() {
 		r.Handle("/admin/idem", requireToken(adminToken, engine.AdminHandler()))
 	}
 
-	svc := orders.New()
+	svc := flags.Store.MustOrders(ctx)
 	r.Group(func(api chi.Router) {
 		api.Use(idemchi.Middleware(engine)) // POST and PATCH need an Idempotency-Key
 		api.Post("/orders", svc.Create)

@@ -407,7 +407,9 @@ func storeArgs(t *testing.T, store string) []string {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if db, err := sql.Open("mysql", dsn); err == nil {
-				db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+table+"`")
+				for _, t := range []string{table + "_payments", table + "_orders", table} { // the orders examples' tables too
+					db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+t+"`")
+				}
 				db.Close()
 			}
 		})
@@ -419,7 +421,9 @@ func storeArgs(t *testing.T, store string) []string {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if conn, err := pgx.Connect(ctx, u); err == nil {
-				conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+				for _, t := range []string{table + "_payments", table + "_orders", table} { // the orders examples' tables too
+					conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{t}.Sanitize())
+				}
 				conn.Close(ctx)
 			}
 		})

@@ -29,7 +29,7 @@ func main() {
 		app.Fatal(err, false)
 	}
 
-	svc := orders.New()
+	svc := flags.Store.MustOrders(ctx)
 	e := echo.New()
 	e.Logger.SetOutput(os.Stderr)
 	e.Use(middleware.Recover())

@@ -30,7 +30,7 @@ func main() {
 		app.Fatal(err, false)
 	}
 
-	svc := orders.New()
+	svc := flags.Store.MustOrders(ctx)
 	e := echo.New()
 	e.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)) // stdout carries only the "listening on" line
 	e.Use(middleware.Recover())

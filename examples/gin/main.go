@@ -14,7 +14,6 @@ import (
 	idemgin "github.com/idemkit/idem/adapters/gin"
 	idem "github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/examples/internal/app"
-	"github.com/idemkit/idem/examples/internal/orders"
 )
 
 func main() {
@@ -28,7 +27,7 @@ func main() {
 	}
 
 	gin.SetMode(gin.ReleaseMode)
-	svc := orders.New()
+	svc := flags.Store.MustOrders(ctx)
 	r := gin.New()
 	r.Use(gin.RecoveryWithWriter(os.Stderr))
 	r.Use(idemgin.Middleware(engine)) // POST and PATCH need an Idempotency-Key

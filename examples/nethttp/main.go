@@ -11,7 +11,6 @@ import (
 
 	idem "github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/examples/internal/app"
-	"github.com/idemkit/idem/examples/internal/orders"
 )
 
 func main() {
@@ -24,7 +23,7 @@ func main() {
 		app.Fatal(err, false)
 	}
 
-	svc := orders.New()
+	svc := flags.Store.MustOrders(ctx)
 	protect := engine.Middleware() // Idempotency-Key required
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", protect(http.HandlerFunc(svc.Create)))

@@ -15,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/examples/internal/orders"
+	"github.com/idemkit/idem/examples/internal/ordersql"
 	memstore "github.com/idemkit/idem/stores/memory"
 	mysqlstore "github.com/idemkit/idem/stores/mysql"
 	pgxstore "github.com/idemkit/idem/stores/pgx"
@@ -33,6 +35,9 @@ type StoreFlags struct {
 	MySQLDSN    string
 	MySQLTable  string
 	ExactlyOnce bool // postgres and mysql: the engine gets store.ExactlyOnce()
+
+	pool *pgxpool.Pool // set by Open for postgres
+	db   *sql.DB       // set by Open for mysql
 }
 
 // Register adds -store, -redis-url, -redis-prefix, -postgres-url,
@@ -134,6 +139,7 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 			pool.Close()
 			return nil, nil, fmt.Errorf("-postgres-url: creating the PostgreSQL table %s: %w", f.PGTable, err)
 		}
+		f.pool = pool
 		if f.ExactlyOnce {
 			return s.ExactlyOnce(), func() { s.Close(); pool.Close() }, nil
 		}
@@ -168,6 +174,7 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 			db.Close()
 			return nil, nil, fmt.Errorf("-mysql-dsn: creating the MySQL table %s: %w", f.MySQLTable, err)
 		}
+		f.db = db
 		if f.ExactlyOnce {
 			return s.ExactlyOnce(), func() { s.Close(); db.Close() }, nil
 		}
@@ -200,4 +207,41 @@ func Fatal(err error, usage bool) {
 		os.Exit(2)
 	}
 	os.Exit(1)
+}
+
+// Orders returns where the orders examples keep their orders and
+// payments. With -exactly-once, in tables named for the store's table
+// (idem_chi_orders and idem_chi_payments beside idem_chi), written
+// through each request's transaction: an order and its stored answer
+// commit together or not at all. Otherwise in memory. Call it after Open.
+func (f *StoreFlags) Orders(ctx context.Context) (orders.Repo, error) {
+	if !f.ExactlyOnce {
+		return orders.NewMemory(), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	switch {
+	case f.pool != nil:
+		r, err := ordersql.NewPostgres(ctx, f.pool, f.PGTable)
+		if err != nil {
+			return nil, fmt.Errorf("-postgres-url: %w", err)
+		}
+		return r, nil
+	case f.db != nil:
+		r, err := ordersql.NewMySQL(ctx, f.db, f.MySQLTable)
+		if err != nil {
+			return nil, fmt.Errorf("-mysql-dsn: %w", err)
+		}
+		return r, nil
+	}
+	return nil, errors.New("-exactly-once: the store is not open")
+}
+
+// MustOrders is Orders for main: it exits with a message on an error.
+func (f *StoreFlags) MustOrders(ctx context.Context) *orders.Service {
+	repo, err := f.Orders(ctx)
+	if err != nil {
+		Fatal(err, false)
+	}
+	return orders.NewWith(repo)
 }

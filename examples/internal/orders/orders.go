@@ -3,6 +3,7 @@
 package orders
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,19 +30,29 @@ type Payment struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// Service keeps orders and payments in memory.
-type Service struct {
-	mu       sync.Mutex
-	next     int
-	orders   map[string]Order
-	list     []string
-	payments map[string][]Payment
+// Repo keeps orders and payments. Its methods take the request's context,
+// which in exactly-once mode carries the request's transaction.
+type Repo interface {
+	CreateOrder(ctx context.Context, item string, quantity int, now time.Time) (Order, error)
+	ListOrders(ctx context.Context) ([]Order, error)
+	// GetOrder returns the order, or ErrNotFound.
+	GetOrder(ctx context.Context, id string) (Order, error)
+	// AddPayment records a payment against an order, or returns
+	// ErrNotFound when there is no such order.
+	AddPayment(ctx context.Context, orderID string, amount float64, now time.Time) (Payment, error)
 }
 
-// New returns an empty service.
-func New() *Service {
-	return &Service{orders: map[string]Order{}, payments: map[string][]Payment{}}
-}
+// ErrNotFound is returned by a Repo for an order it does not have.
+var ErrNotFound = errors.New("orders: no such order")
+
+// Service serves the orders API on a Repo.
+type Service struct{ repo Repo }
+
+// New returns a service that keeps its orders in memory.
+func New() *Service { return NewWith(NewMemory()) }
+
+// NewWith returns a service on repo.
+func NewWith(repo Repo) *Service { return &Service{repo: repo} }
 
 // Param returns a path parameter of the request by name; each framework
 // has its own (r.PathValue, chi.URLParam, c.Param).
@@ -65,34 +76,30 @@ func (s *Service) Create(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "Invalid order", `"quantity" must be a whole number greater than 0`)
 		return
 	}
-	s.mu.Lock()
-	s.next++
-	o := Order{ID: "ord_" + strconv.Itoa(s.next), Item: *in.Item, Quantity: *in.Quantity, CreatedAt: time.Now().UTC()}
-	s.orders[o.ID] = o
-	s.list = append(s.list, o.ID)
-	s.mu.Unlock()
+	o, err := s.repo.CreateOrder(r.Context(), *in.Item, *in.Quantity, time.Now().UTC())
+	if err != nil {
+		failed(w, err)
+		return
+	}
 	w.Header().Set("Location", "/orders/"+o.ID)
 	reply(w, http.StatusCreated, o)
 }
 
 // List handles GET /orders.
-func (s *Service) List(w http.ResponseWriter, _ *http.Request) {
-	s.mu.Lock()
-	out := make([]Order, 0, len(s.list))
-	for _, id := range s.list {
-		out = append(out, s.orders[id])
+func (s *Service) List(w http.ResponseWriter, r *http.Request) {
+	out, err := s.repo.ListOrders(r.Context())
+	if err != nil {
+		failed(w, err)
+		return
 	}
-	s.mu.Unlock()
 	reply(w, http.StatusOK, out)
 }
 
 // Get handles GET /orders/{id}.
-func (s *Service) Get(w http.ResponseWriter, _ *http.Request, param Param) {
-	s.mu.Lock()
-	o, ok := s.orders[param("id")]
-	s.mu.Unlock()
-	if !ok {
-		problem(w, http.StatusNotFound, "Order not found", fmt.Sprintf("There is no order %q.", param("id")))
+func (s *Service) Get(w http.ResponseWriter, r *http.Request, param Param) {
+	o, err := s.repo.GetOrder(r.Context(), param("id"))
+	if err != nil {
+		failed(w, err)
 		return
 	}
 	reply(w, http.StatusOK, o)
@@ -111,16 +118,77 @@ func (s *Service) Pay(w http.ResponseWriter, r *http.Request, param Param) {
 		problem(w, http.StatusBadRequest, "Invalid payment", `"amount" must be a number greater than 0`)
 		return
 	}
-	id := param("id")
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.orders[id]; !ok {
-		problem(w, http.StatusNotFound, "Order not found", fmt.Sprintf("There is no order %q.", id))
+	p, err := s.repo.AddPayment(r.Context(), param("id"), *in.Amount, time.Now().UTC())
+	if err != nil {
+		failed(w, err)
 		return
 	}
-	p := Payment{ID: fmt.Sprintf("pay_%s_%d", id, len(s.payments[id])+1), OrderID: id, Amount: *in.Amount, CreatedAt: time.Now().UTC()}
-	s.payments[id] = append(s.payments[id], p)
 	reply(w, http.StatusCreated, p)
+}
+
+// failed answers a Repo's error: 404 for ErrNotFound, else 503, which
+// releases the key (and rolls the transaction back in exactly-once mode).
+func failed(w http.ResponseWriter, err error) {
+	if errors.Is(err, ErrNotFound) {
+		problem(w, http.StatusNotFound, "Order not found", "There is no such order.")
+		return
+	}
+	problem(w, http.StatusServiceUnavailable, "Orders unavailable", err.Error())
+}
+
+// Memory is a Repo in process memory.
+type Memory struct {
+	mu       sync.Mutex
+	next     int
+	orders   map[string]Order
+	list     []string
+	payments map[string][]Payment
+}
+
+// NewMemory returns an empty Memory.
+func NewMemory() *Memory {
+	return &Memory{orders: map[string]Order{}, payments: map[string][]Payment{}}
+}
+
+func (m *Memory) CreateOrder(_ context.Context, item string, quantity int, now time.Time) (Order, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.next++
+	o := Order{ID: "ord_" + strconv.Itoa(m.next), Item: item, Quantity: quantity, CreatedAt: now}
+	m.orders[o.ID] = o
+	m.list = append(m.list, o.ID)
+	return o, nil
+}
+
+func (m *Memory) ListOrders(context.Context) ([]Order, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Order, 0, len(m.list))
+	for _, id := range m.list {
+		out = append(out, m.orders[id])
+	}
+	return out, nil
+}
+
+func (m *Memory) GetOrder(_ context.Context, id string) (Order, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.orders[id]
+	if !ok {
+		return Order{}, ErrNotFound
+	}
+	return o, nil
+}
+
+func (m *Memory) AddPayment(_ context.Context, orderID string, amount float64, now time.Time) (Payment, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.orders[orderID]; !ok {
+		return Payment{}, ErrNotFound
+	}
+	p := Payment{ID: fmt.Sprintf("pay_%s_%d", orderID, len(m.payments[orderID])+1), OrderID: orderID, Amount: amount, CreatedAt: now}
+	m.payments[orderID] = append(m.payments[orderID], p)
+	return p, nil
 }
 
 func decode(r *http.Request, v any) error {
