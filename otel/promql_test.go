@@ -18,8 +18,14 @@ type promRefs struct {
 // selector is one vector selector: a metric name and the labels its
 // matchers name.
 type selector struct {
-	metric string
-	labels []string
+	metric   string
+	labels   []string
+	matchers []matcher
+}
+
+// matcher is one label matcher: outcome=~"replayed|conflict".
+type matcher struct {
+	label, op, value string // value without its quotes
 }
 
 // promKeywords are identifiers that are neither metric names nor
@@ -72,11 +78,14 @@ func parsePromQL(expr string) (promRefs, error) {
 		default:
 			s := selector{metric: tok}
 			if next == "{" {
-				j, labels, err := matchers(toks, i+2)
+				j, ms, err := matchers(toks, i+2)
 				if err != nil {
 					return r, fmt.Errorf("%s{...}: %w", tok, err)
 				}
-				s.labels, i = labels, j
+				for _, m := range ms {
+					s.labels = append(s.labels, m.label)
+				}
+				s.matchers, i = ms, j
 			}
 			r.selectors = append(r.selectors, s)
 		}
@@ -85,9 +94,9 @@ func parsePromQL(expr string) (promRefs, error) {
 }
 
 // matchers reads label matchers from toks[i] to the closing brace and
-// returns the brace's index and the labels.
-func matchers(toks []string, i int) (int, []string, error) {
-	var labels []string
+// returns the brace's index and the matchers.
+func matchers(toks []string, i int) (int, []matcher, error) {
+	var ms []matcher
 	for i < len(toks) && toks[i] != "}" {
 		if toks[i] == "," {
 			i++
@@ -96,13 +105,14 @@ func matchers(toks []string, i int) (int, []string, error) {
 		if i+2 >= len(toks) || !isIdent(toks[i]) || !slices.Contains([]string{"=", "!=", "=~", "!~"}, toks[i+1]) || !isString(toks[i+2]) {
 			return i, nil, fmt.Errorf("bad matcher at %q", strings.Join(toks[i:min(i+3, len(toks))], " "))
 		}
-		labels = append(labels, toks[i])
+		v := toks[i+2]
+		ms = append(ms, matcher{label: toks[i], op: toks[i+1], value: v[1 : len(v)-1]})
 		i += 3
 	}
 	if i == len(toks) {
 		return i, nil, fmt.Errorf("no closing brace")
 	}
-	return i, labels, nil
+	return i, ms, nil
 }
 
 // lexPromQL splits expr into identifiers, strings (quotes kept),
@@ -195,12 +205,12 @@ func TestParsePromQL(t *testing.T) {
 		expr string
 		want string // fmt of promRefs, or "error"
 	}{
-		{`up`, `{[{up []}] []}`},
-		{`sum by (le, operation) (rate(a_bucket{job=~"$job", x!="y"}[$__rate_interval]))`, `{[{a_bucket [job x]}] [le operation]}`},
-		{"histogram_quantile(0.99, sum(rate(a[5m])) by (le))\n> 0.5", `{[{a []}] [le]}`},
-		{`a / on (job) group_left (x) b offset 5m`, `{[{a []} {b []}] [job x]}`},
-		{`sum(rate(a{o=~"x|y"}[1m])) / sum(rate(b{o!='z'}[1m])) > bool 1`, `{[{a [o]} {b [o]}] []}`},
-		{`label_values(a{job=~"${job}"}, x)`, `{[{a [job]} {x []}] []}`}, // not PromQL: the caller splits it
+		{`up`, `{[{up [] []}] []}`},
+		{`sum by (le, operation) (rate(a_bucket{job=~"$job", x!="y"}[$__rate_interval]))`, `{[{a_bucket [job x] [{job =~ $job} {x != y}]}] [le operation]}`},
+		{"histogram_quantile(0.99, sum(rate(a[5m])) by (le))\n> 0.5", `{[{a [] []}] [le]}`},
+		{`a / on (job) group_left (x) b offset 5m`, `{[{a [] []} {b [] []}] [job x]}`},
+		{`sum(rate(a{o=~"x|y"}[1m])) / sum(rate(b{o!='z'}[1m])) > bool 1`, `{[{a [o] [{o =~ x|y}]} {b [o] [{o != z}]}] []}`},
+		{`label_values(a{job=~"${job}"}, x)`, `{[{a [job] [{job =~ ${job}}]} {x [] []}] []}`}, // not PromQL: the caller splits it
 		{`{job="x"}`, "error"},
 		{`a{job}`, "error"},
 		{`a{job="x"`, "error"},
