@@ -24,7 +24,7 @@ import (
 	"time"
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
-	"github.com/idemkit/idem/examples/grpc/ordersrpc"
+	"github.com/idemkit/idem/examples/grpc/internal/ordersrpc"
 	"github.com/idemkit/idem/examples/internal/app"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"

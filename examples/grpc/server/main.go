@@ -35,7 +35,7 @@ import (
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
 	idem "github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/examples/grpc/ordersrpc"
+	"github.com/idemkit/idem/examples/grpc/internal/ordersrpc"
 	"github.com/idemkit/idem/examples/internal/app"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
