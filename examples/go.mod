@@ -10,6 +10,7 @@ require (
 	github.com/idemkit/idem/adapters/echo v0.1.0
 	github.com/idemkit/idem/adapters/echov5 v0.1.0
 	github.com/idemkit/idem/adapters/gin v0.1.0
+	github.com/idemkit/idem/adapters/grpc v0.1.0
 	github.com/idemkit/idem/client v0.1.0
 	github.com/idemkit/idem/conformance v0.1.0
 	github.com/idemkit/idem/core v0.1.0
@@ -26,6 +27,8 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -82,12 +85,12 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
-	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 )
 
 replace (
@@ -95,6 +98,7 @@ replace (
 	github.com/idemkit/idem/adapters/echo => ../adapters/echo
 	github.com/idemkit/idem/adapters/echov5 => ../adapters/echov5
 	github.com/idemkit/idem/adapters/gin => ../adapters/gin
+	github.com/idemkit/idem/adapters/grpc => ../adapters/grpc
 	github.com/idemkit/idem/client => ../client
 	github.com/idemkit/idem/conformance => ../conformance
 	github.com/idemkit/idem/core => ../core

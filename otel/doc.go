@@ -9,7 +9,7 @@
 //
 // # Metrics
 //
-// Three instruments, from the meter named ScopeName:
+// Five instruments, from the meter named ScopeName:
 //
 //   - idempotency.requests, a counter (unit {request}): one per request
 //     with a method the engine protects (POST and PATCH by default; other
@@ -24,6 +24,15 @@
 //   - idempotency.wait.duration, a histogram in seconds: the time a request
 //     waited for another with the same key in wait mode (idem.WithWait),
 //     with the attributes of idempotency.requests.
+//   - idempotency.background, a counter (unit {task}): one per background
+//     task of the engine (idem.Outcome.Background: completed_late,
+//     completion_lost, completion_expired, completion_dropped,
+//     release_failed), with the attributes of idempotency.requests.
+//   - idempotency.claims.lost, a counter (unit {claim}): one per store call
+//     that returned idem.ErrLeaseLost, the claim no longer held because its
+//     lease ended and another request took the key over (or the record
+//     expired or was deleted), with the attribute operation. A lost
+//     complete or commit means a retry will run the handler again.
 //
 // The histograms advise explicit bucket boundaries from 0.1 ms to 10 s
 // (store) and from 5 ms to 60 s (wait); an SDK View can replace them.
@@ -59,6 +68,13 @@
 //	idempotency_requests_total{outcome, http_request_method, http_route}
 //	idempotency_store_duration_seconds_bucket{operation, error, le} (and _sum, _count)
 //	idempotency_wait_duration_seconds_bucket{outcome, http_request_method, http_route, le}
+//	idempotency_background_total{outcome, http_request_method, http_route}
+//	idempotency_claims_lost_total{operation}
+//
+// docs/dashboard.json in the repository is a Grafana dashboard of these
+// series and docs/alerts.yml a set of Prometheus alert rules; a test of
+// this package checks that they name only series and labels the package
+// exports.
 //
 // The replay rate, the share of requests answered from a stored response,
 // is one ratio of one counter:

@@ -2,6 +2,7 @@ package idemotel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,15 @@ const (
 	// lost, expired or dropped; a release that failed), one per task,
 	// with the attributes of MetricRequests. Unit "{task}".
 	MetricBackground = "idempotency.background"
+	// MetricClaimsLost is the counter of store calls that found the
+	// request's claim no longer held (they returned idem.ErrLeaseLost): its
+	// lease ended and another request took the key over, or the record
+	// expired or was deleted. One per such call, with the attribute
+	// AttrOperation (the call: "complete", "extend", "release", "commit",
+	// "begin_tx", "evict"). A lost "complete" or "commit" is a response
+	// the client got but a retry will not replay: it runs the handler
+	// again. Unit "{claim}".
+	MetricClaimsLost = "idempotency.claims.lost"
 )
 
 // The attribute keys.
@@ -52,7 +62,7 @@ const (
 	AttrRoute attribute.Key = "http.route"
 	// AttrOperation is the store call (an idem.StoreOp: "claim",
 	// "complete", "release", "get", "delete", "extend", "begin_tx",
-	// "commit", "rollback").
+	// "commit", "rollback", "evict", "now").
 	AttrOperation attribute.Key = "operation"
 	// AttrError reports whether the store call returned an error.
 	AttrError attribute.Key = "error"
@@ -113,13 +123,20 @@ func WithNext(obs idem.Observer) Option {
 type Instrumentation struct {
 	requests metric.Int64Counter
 	bg       metric.Int64Counter
+	lost     metric.Int64Counter
 	store    metric.Float64Histogram
 	wait     metric.Float64Histogram
 	next     idem.Observer
 
 	sets    sync.Map // reqKey -> *reqSet
 	nsets   atomic.Int64
-	storeOp map[idem.StoreOp]*[2][]metric.RecordOption // [error]; read-only after New
+	storeOp map[idem.StoreOp]*storeSet // read-only after New
+}
+
+// storeSet is what one store operation records with, built once.
+type storeSet struct {
+	rec  [2][]metric.RecordOption // [error]
+	lost []metric.AddOption
 }
 
 type reqKey struct {
@@ -163,6 +180,12 @@ func New(opts ...Option) (*Instrumentation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idemotel: %s: %w", MetricBackground, err)
 	}
+	in.lost, err = m.Int64Counter(MetricClaimsLost,
+		metric.WithUnit("{claim}"),
+		metric.WithDescription("Store calls that found the request's claim lost (its lease ended and the key was taken over, or the record is gone), by operation."))
+	if err != nil {
+		return nil, fmt.Errorf("idemotel: %s: %w", MetricClaimsLost, err)
+	}
 	in.store, err = m.Float64Histogram(MetricStoreDuration,
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of the idempotency store's calls, by operation."),
@@ -178,10 +201,11 @@ func New(opts ...Option) (*Instrumentation, error) {
 		return nil, fmt.Errorf("idemotel: %s: %w", MetricWaitDuration, err)
 	}
 	ops := []idem.StoreOp{idem.StoreClaim, idem.StoreComplete, idem.StoreRelease, idem.StoreExtend,
-		idem.StoreGet, idem.StoreDelete, idem.StoreBeginTx, idem.StoreCommit, idem.StoreRollback}
-	in.storeOp = make(map[idem.StoreOp]*[2][]metric.RecordOption, len(ops))
+		idem.StoreGet, idem.StoreDelete, idem.StoreBeginTx, idem.StoreCommit, idem.StoreRollback,
+		idem.StoreEvict, idem.StoreNow}
+	in.storeOp = make(map[idem.StoreOp]*storeSet, len(ops))
 	for _, op := range ops {
-		in.storeOp[op] = &[2][]metric.RecordOption{storeOptions(op, false), storeOptions(op, true)}
+		in.storeOp[op] = newStoreSet(op)
 	}
 	return in, nil
 }
@@ -203,7 +227,8 @@ func (in *Instrumentation) Options() []idem.Option {
 func (in *Instrumentation) Observer() idem.Observer { return in.observe }
 
 // StoreObserver returns the engine StoreObserver that records each store
-// call's duration in MetricStoreDuration.
+// call's duration in MetricStoreDuration, and counts each call that
+// returned idem.ErrLeaseLost in MetricClaimsLost.
 func (in *Instrumentation) StoreObserver() idem.StoreObserver { return in.observeStore }
 
 func (in *Instrumentation) observe(ctx context.Context, ev idem.Event) {
@@ -239,18 +264,24 @@ func (in *Instrumentation) observeStore(ctx context.Context, op idem.StoreOp, d 
 	if err != nil {
 		failed = 1
 	}
-	var opts []metric.RecordOption
-	if o, ok := in.storeOp[op]; ok {
-		opts = o[failed]
-	} else {
-		opts = storeOptions(op, err != nil)
+	set, ok := in.storeOp[op]
+	if !ok {
+		set = newStoreSet(op)
 	}
-	in.store.Record(ctx, d.Seconds(), opts...)
+	in.store.Record(ctx, d.Seconds(), set.rec[failed]...)
+	if failed == 1 && errors.Is(err, idem.ErrLeaseLost) {
+		in.lost.Add(ctx, 1, set.lost...)
+	}
 }
 
-func storeOptions(op idem.StoreOp, failed bool) []metric.RecordOption {
-	set := attribute.NewSet(AttrOperation.String(string(op)), AttrError.Bool(failed))
-	return []metric.RecordOption{metric.WithAttributeSet(set)}
+// newStoreSet builds the options of one store operation.
+func newStoreSet(op idem.StoreOp) *storeSet {
+	rec := func(failed bool) []metric.RecordOption {
+		set := attribute.NewSet(AttrOperation.String(string(op)), AttrError.Bool(failed))
+		return []metric.RecordOption{metric.WithAttributeSet(set)}
+	}
+	lost := metric.WithAttributeSet(attribute.NewSet(AttrOperation.String(string(op))))
+	return &storeSet{rec: [2][]metric.RecordOption{rec(false), rec(true)}, lost: []metric.AddOption{lost}}
 }
 
 // requestSet returns the cached options for one (outcome, method, route),
