@@ -149,11 +149,18 @@ func (e *Engine) syncClock(ctx context.Context, samples int) error {
 			continue
 		}
 		rtt := max(t1.Sub(t0), 0)
-		if absDur(rtt-w1.Sub(w0)) > clockTolerance(rtt) {
+		offset := st.Sub(t0.Add(rtt / 2))
+		switch {
+		case t1.Equal(t0):
+			// A clock standing still (a test's manual clock) did not
+			// move: its time is t0 all along, and the sample ranks by
+			// the real round trip.
+			rtt, offset = w1.Sub(w0), st.Sub(t0)
+		case absDur(rtt-w1.Sub(w0)) > clockTolerance(rtt):
 			continue // the engine's clock was moved during the sample
 		}
 		if bestRTT < 0 || rtt < bestRTT {
-			bestRTT, best, bestClock, wall = rtt, st.Sub(t0.Add(rtt/2)), t0, w0
+			bestRTT, best, bestClock, wall = rtt, offset, t0, w0
 		}
 	}
 	sc.mu.Lock()

@@ -524,3 +524,28 @@ func TestBeginTxLostIsInFlight(t *testing.T) {
 		t.Errorf("Do: %v, want ErrInFlight", err)
 	}
 }
+
+// slowClockStore is a clockStore whose clock takes 5 ms to answer, like a
+// database on a loaded machine.
+type slowClockStore struct{ *testStore }
+
+func (slowClockStore) Now(context.Context) (time.Time, error) {
+	time.Sleep(5 * time.Millisecond)
+	return time.Now(), nil
+}
+
+// TestStandingClockWithASlowStoreClock: an engine clock that stands still
+// (a test's manual clock) did not move while the store's clock was read,
+// however long the read took: the sample counts, and the request runs
+// instead of failing with "the engine's clock moved during every sample".
+func TestStandingClockWithASlowStoreClock(t *testing.T) {
+	still := time.Now()
+	e, _ := newEngine(t, slowClockStore{newTestStore()}, WithClock(func() time.Time { return still }))
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	if w := post(h, "/", "k", ""); w.Code != http.StatusCreated {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if w := post(h, "/", "k", ""); w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d, want the replay", w.Code)
+	}
+}
