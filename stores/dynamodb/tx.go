@@ -1,0 +1,238 @@
+package dynamostore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	idem "github.com/idemkit/idem/core"
+)
+
+// MaxTxItems is how many writes a handler may collect for one request:
+// DynamoDB's TransactWriteItems takes 100 items, and the record's
+// completion is one of them.
+const MaxTxItems = 99
+
+// ExactlyOnceStore is a Store whose engine commits the handler's own
+// DynamoDB writes, collected through Tx(r.Context()), and the record's
+// completion in one TransactWriteItems: both happen or neither does. Get
+// one with Store.ExactlyOnce; it has every method of Store. The flow and
+// its limits are in the package docs ("Exactly-once").
+type ExactlyOnceStore struct {
+	*Store
+}
+
+var (
+	_ idem.Store      = (*ExactlyOnceStore)(nil)
+	_ idem.TxBeginner = (*ExactlyOnceStore)(nil)
+	_ idem.Tx         = (*txn)(nil)
+)
+
+// ExactlyOnce returns s in exactly-once mode: pass it to idem.New instead
+// of s. Both use the same table.
+func (s *Store) ExactlyOnce() *ExactlyOnceStore { return &ExactlyOnceStore{Store: s} }
+
+// BeginTx implements idem.TxBeginner. It sends nothing: the transaction
+// is the list of writes the handler collects, sent with the completion by
+// Commit, whose condition on the record's token decides whether the claim
+// is still held. The claim is kept alive meanwhile by the engine's
+// heartbeat, as in plain mode (the Tx is no idem.ClaimHolder).
+func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string) (idem.Tx, error) {
+	return &txn{s: s.Store, scope: scope, key: key, token: token, w: &TxWriter{}}, nil
+}
+
+type txKey struct{}
+
+// Tx returns the writer that collects the handler's writes for the
+// request whose context is ctx, and true; or nil and false when there is
+// none (the store is not in exactly-once mode, or the request was not
+// claimed). The writes are sent when the engine stores the response, in
+// one TransactWriteItems with the record: a condition of theirs that
+// fails, or any other failure, commits nothing, answers 503 and releases
+// the key, so the client's retry runs the handler again.
+//
+//	w, _ := dynamostore.Tx(r.Context())
+//	err := w.Put(types.Put{TableName: aws.String("orders"), Item: item,
+//		ConditionExpression: aws.String("attribute_not_exists(id)")})
+func Tx(ctx context.Context) (*TxWriter, bool) {
+	t, ok := ctx.Value(txKey{}).(*txn)
+	if !ok {
+		return nil, false
+	}
+	return t.w, true
+}
+
+// TxWriter collects a handler's writes for its request's transaction. Its
+// methods are safe for concurrent use. They return ErrTxFull past
+// MaxTxItems writes and ErrTxDone once the transaction was committed or
+// rolled back (a handler that streams its response: the commit happens
+// when streaming starts). DynamoDB checks the writes themselves at
+// commit: no two on one item (nor on the idempotency record), at most 4
+// MB in all.
+type TxWriter struct {
+	mu    sync.Mutex
+	items []types.TransactWriteItem
+	done  bool
+}
+
+// Put adds a PutItem to the transaction.
+func (w *TxWriter) Put(p types.Put) error { return w.add(types.TransactWriteItem{Put: &p}) }
+
+// Update adds an UpdateItem to the transaction.
+func (w *TxWriter) Update(u types.Update) error { return w.add(types.TransactWriteItem{Update: &u}) }
+
+// Delete adds a DeleteItem to the transaction.
+func (w *TxWriter) Delete(d types.Delete) error { return w.add(types.TransactWriteItem{Delete: &d}) }
+
+// ConditionCheck adds a condition on an item that the transaction does
+// not write: the commit fails unless it holds.
+func (w *TxWriter) ConditionCheck(c types.ConditionCheck) error {
+	return w.add(types.TransactWriteItem{ConditionCheck: &c})
+}
+
+// Len reports how many writes the transaction holds.
+func (w *TxWriter) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.items)
+}
+
+func (w *TxWriter) add(item types.TransactWriteItem) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.done:
+		return ErrTxDone
+	case len(w.items) >= MaxTxItems:
+		return ErrTxFull
+	}
+	w.items = append(w.items, item)
+	return nil
+}
+
+// close ends the collection and returns the writes.
+func (w *TxWriter) close() ([]types.TransactWriteItem, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return nil, false
+	}
+	w.done = true
+	return w.items, true
+}
+
+// txn is the idem.Tx an ExactlyOnceStore hands the engine.
+type txn struct {
+	s                 *Store
+	scope, key, token string
+	w                 *TxWriter
+}
+
+// Context returns parent carrying the transaction, for Tx.
+func (t *txn) Context(parent context.Context) context.Context {
+	return context.WithValue(parent, txKey{}, t)
+}
+
+// Rollback drops the collected writes; nothing was sent. It is a no-op
+// after Commit or a previous Rollback.
+func (t *txn) Rollback(context.Context) error {
+	t.w.close()
+	return nil
+}
+
+// Commit sends the handler's writes and the record's completion in one
+// TransactWriteItems (only the completion, as Store.Complete, when the
+// handler collected none). The completion's condition on the token makes
+// it idem.ErrLeaseLost, writing nothing, when the claim is no longer
+// held; a failed condition of the handler's writes returns an error
+// wrapping ErrTxConflict. The call carries a ClientRequestToken derived
+// from the claim's, so the SDK's retries of it are idempotent.
+func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt time.Time) error {
+	items, ok := t.w.close()
+	if !ok {
+		return errors.New("dynamostore: commit: transaction already finished")
+	}
+	if len(items) == 0 {
+		return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
+	}
+	for level := levelRaw; level < levelCount; level++ {
+		u, used, err := t.s.completeUpdate(t.scope, t.key, t.token, &resp, expiresAt, level)
+		if err != nil {
+			return fmt.Errorf("dynamostore: commit: %w", err)
+		}
+		all := append(items[:len(items):len(items)], types.TransactWriteItem{Update: u})
+		_, err = t.s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems:      all,
+			ClientRequestToken: new(requestToken(t.token, used)),
+		})
+		if err == nil {
+			return nil
+		}
+		if tooLarge(err) || recordTooLarge(err, len(items)) {
+			level = used
+			continue
+		}
+		return commitError(err, len(items))
+	}
+	return errors.New("dynamostore: commit: the record does not fit in an item even without its response's headers and body")
+}
+
+// requestToken derives the TransactWriteItems ClientRequestToken (at most
+// 36 characters) from the claim's token and the encoding level.
+func requestToken(token string, level int) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:16]) + "-" + strconv.Itoa(level)
+}
+
+// reasons returns the cancellation reasons of a cancelled transaction of
+// n handler items and the record, or nil.
+func reasons(err error, n int) []types.CancellationReason {
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) && len(tce.CancellationReasons) == n+1 {
+		return tce.CancellationReasons
+	}
+	return nil
+}
+
+func code(r types.CancellationReason) string {
+	if r.Code == nil {
+		return ""
+	}
+	return *r.Code
+}
+
+// recordTooLarge reports a transaction cancelled because the record's
+// completion made its item too large.
+func recordTooLarge(err error, n int) bool {
+	rs := reasons(err, n)
+	if rs == nil {
+		return false
+	}
+	r := rs[n]
+	return code(r) == "ValidationError" && r.Message != nil && strings.Contains(*r.Message, "exceeded the maximum allowed size")
+}
+
+// commitError turns a failed TransactWriteItems into Commit's error.
+func commitError(err error, n int) error {
+	rs := reasons(err, n)
+	if rs == nil {
+		return fmt.Errorf("dynamostore: commit: %w", err)
+	}
+	if code(rs[n]) == "ConditionalCheckFailed" {
+		return idem.ErrLeaseLost
+	}
+	for i, r := range rs[:n] {
+		if code(r) == "ConditionalCheckFailed" {
+			return fmt.Errorf("dynamostore: commit: %w (write %d of %d): %w", ErrTxConflict, i+1, n, err)
+		}
+	}
+	return fmt.Errorf("dynamostore: commit: %w", err)
+}
