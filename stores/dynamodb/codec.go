@@ -82,24 +82,34 @@ func twiceSec(leaseEnd time.Time) int64 {
 // encoded is a response as a completion writes it.
 type encoded struct {
 	header, body           []byte
+	chunks                 [][]byte // the body, in chunk items, when it does not fit in the record
 	headerGzip, bodyGzip   bool
 	omitted, headerDropped bool
 	level                  int // which of the levels below produced it
 }
 
-// The encoding levels, tried in order until the item fits.
+// The encoding levels, tried in order until the response fits.
 const (
-	levelRaw        = iota // headers and body as they are (the body gzipped above WithCompressAbove when smaller)
-	levelGzipBody          // the body gzipped
+	levelRaw        = iota // headers and body in the record (the body gzipped above WithCompressAbove when smaller)
+	levelGzipBody          // the body gzipped, in the record
+	levelChunks            // the body (gzipped when smaller) in chunk items written with the record
 	levelOmitBody          // status and headers, BodyOmitted
 	levelGzipHeader        // status and gzipped headers, BodyOmitted
 	levelStatusOnly        // status alone, BodyOmitted (headers dropped)
 	levelCount
 )
 
-// encodeResponse encodes resp at the first level from min on whose
-// header and body take at most budget bytes.
-func encodeResponse(resp *idem.Response, budget, compressAt, minLevel int) encoded {
+// limits bounds an encoding: budget is what the record's headers and
+// body may take, chunkSize what one chunk item's body may, maxChunks how
+// many chunk items the transaction has room for, and maxChunked their
+// total size.
+type limits struct {
+	budget, chunkSize, maxChunks, maxChunked, compressAt int
+}
+
+// encodeResponse encodes resp at the first level from minLevel on that
+// fits within lim.
+func encodeResponse(resp *idem.Response, lim limits, minLevel int) encoded {
 	var h []byte
 	if len(resp.Header) > 0 {
 		h = idem.AppendHeader(nil, resp.Header)
@@ -108,24 +118,43 @@ func encodeResponse(resp *idem.Response, budget, compressAt, minLevel int) encod
 	if resp.BodyOmitted {
 		body = nil
 	}
-	for level := max(minLevel, levelRaw); level < levelCount; level++ {
+	var gz []byte // body gzipped, once needed; nil when that is not smaller
+	gzipBody := func() []byte {
+		if gz == nil && len(body) > 0 {
+			if g := gzipped(body); len(g) < len(body) {
+				gz = g
+			}
+		}
+		return gz
+	}
+	for level := max(minLevel, levelRaw); level < levelStatusOnly; level++ {
 		e := encoded{header: h, body: body, omitted: resp.BodyOmitted, level: level}
 		switch level {
 		case levelRaw:
-			if compressAt > 0 && len(body) > compressAt {
-				if gz := gzipped(body); len(gz) < len(body) {
-					e.body, e.bodyGzip = gz, true
+			if lim.compressAt > 0 && len(body) > lim.compressAt {
+				if g := gzipBody(); g != nil {
+					e.body, e.bodyGzip = g, true
 				}
 			}
 		case levelGzipBody:
-			if len(body) == 0 {
+			g := gzipBody()
+			if g == nil {
 				continue
 			}
-			gz := gzipped(body)
-			if len(gz) >= len(body) {
+			e.body, e.bodyGzip = g, true
+		case levelChunks:
+			if g := gzipBody(); g != nil {
+				e.body, e.bodyGzip = g, true
+			}
+			n := (len(e.body) + lim.chunkSize - 1) / lim.chunkSize
+			if n < 2 || n > lim.maxChunks || len(e.body) > lim.maxChunked || len(h) > lim.budget {
 				continue
 			}
-			e.body, e.bodyGzip = gz, true
+			for b := e.body; len(b) > 0; b = b[min(len(b), lim.chunkSize):] {
+				e.chunks = append(e.chunks, b[:min(len(b), lim.chunkSize)])
+			}
+			e.body = nil
+			return e
 		case levelOmitBody:
 			e.body, e.omitted = nil, true
 		case levelGzipHeader:
@@ -134,11 +163,8 @@ func encodeResponse(resp *idem.Response, budget, compressAt, minLevel int) encod
 			}
 			e.body, e.omitted = nil, true
 			e.header, e.headerGzip = gzipped(h), true
-		case levelStatusOnly:
-			e.body, e.header, e.omitted, e.headerDropped = nil, nil, true, len(h) > 0
-			return e
 		}
-		if len(e.header)+len(e.body) <= budget {
+		if len(e.header)+len(e.body) <= lim.budget {
 			return e
 		}
 	}
@@ -177,12 +203,21 @@ func gunzip(b []byte) ([]byte, error) {
 // (one per two significant digits, and one): rounded up generously.
 func numSize(n int64) int { return len(strconv.FormatInt(n, 10)) + 2 }
 
-// decodeRecord turns an item into a record; errors wrap
-// idem.ErrCorruptRecord.
-func (s *Store) decodeRecord(item map[string]types.AttributeValue) (idem.Record, error) {
+// chunked says where a completed record's body is when chunk items hold
+// it: n items keyed by the record's key and token (see chunkKey).
+type chunked struct {
+	token []byte
+	n     int
+	gzip  bool
+}
+
+// decodeRecord turns an item into a record, with the body left out when
+// chunk items hold it; errors wrap idem.ErrCorruptRecord.
+func (s *Store) decodeRecord(item map[string]types.AttributeValue) (idem.Record, chunked, error) {
 	a := &s.attrs
 	d := decoder{item: item}
 	var rec idem.Record
+	var ch chunked
 	rec.Fingerprint = string(d.bytes(a.Fingerprint, true))
 	state := d.num(a.State, true)
 	rec.State = idem.State(min(max(state, 0), math.MaxUint8))
@@ -199,17 +234,31 @@ func (s *Store) decodeRecord(item map[string]types.AttributeValue) (idem.Record,
 		if h := d.coded(a.Header, a.HeaderCoding); len(h) > 0 && d.err == nil {
 			resp.Header, d.err = idem.ParseHeader(h)
 		}
-		resp.Body = d.coded(a.Body, a.BodyCoding)
+		if n := d.num(a.BodyChunks, false); n != 0 {
+			if n < 0 || n > 100 {
+				d.fail(a.BodyChunks, fmt.Sprintf("%d chunks, want 1 to 100", n))
+			}
+			ch = chunked{token: d.bytes(a.Token, true), n: int(n)}
+			switch c := d.str(a.BodyCoding); c {
+			case "":
+			case codingGzip:
+				ch.gzip = true
+			default:
+				d.fail(a.BodyCoding, fmt.Sprintf("unknown coding %q", c))
+			}
+		} else {
+			resp.Body = d.coded(a.Body, a.BodyCoding)
+		}
 		resp.BodyOmitted = d.boolean(a.BodyOmitted)
 		rec.Response = resp
 	}
 	if d.err != nil {
-		return idem.Record{}, fmt.Errorf("%w: %w", idem.ErrCorruptRecord, d.err)
+		return idem.Record{}, chunked{}, fmt.Errorf("%w: %w", idem.ErrCorruptRecord, d.err)
 	}
 	if err := rec.Check(); err != nil {
-		return idem.Record{}, err
+		return idem.Record{}, chunked{}, err
 	}
-	return rec, nil
+	return rec, ch, nil
 }
 
 // decoder reads attributes of one item, keeping the first error.

@@ -61,6 +61,7 @@ type Attributes struct {
 	BodyCoding   string // "body_coding" (S): "gzip" when Body is compressed
 	HeaderCoding string // "headers_coding" (S): "gzip" when Header is compressed
 	BodyOmitted  string // "body_omitted" (BOOL): the body was not kept
+	BodyChunks   string // "body_chunks" (N): how many chunk items hold the body (see "Large responses")
 }
 
 func defaultAttributes() Attributes {
@@ -69,7 +70,7 @@ func defaultAttributes() Attributes {
 		CreatedAt: "created_at", CreatedSec: "created_s", LeaseEnd: "lease_end",
 		ExpiresAt: "expires_at", TTL: "ttl", Status: "status", Header: "headers",
 		Body: "body", BodyCoding: "body_coding", HeaderCoding: "headers_coding",
-		BodyOmitted: "body_omitted",
+		BodyOmitted: "body_omitted", BodyChunks: "body_chunks",
 	}
 }
 
@@ -81,6 +82,7 @@ func (a *Attributes) fields() []struct{ field, name string } {
 		{"ExpiresAt", a.ExpiresAt}, {"TTL", a.TTL}, {"Status", a.Status},
 		{"Header", a.Header}, {"Body", a.Body}, {"BodyCoding", a.BodyCoding},
 		{"HeaderCoding", a.HeaderCoding}, {"BodyOmitted", a.BodyOmitted},
+		{"BodyChunks", a.BodyChunks},
 	}
 }
 
@@ -105,6 +107,7 @@ func (a Attributes) merge(d Attributes) Attributes {
 	set(&a.BodyCoding, d.BodyCoding)
 	set(&a.HeaderCoding, d.HeaderCoding)
 	set(&a.BodyOmitted, d.BodyOmitted)
+	set(&a.BodyChunks, d.BodyChunks)
 	return a
 }
 

@@ -24,6 +24,7 @@ type Client interface {
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 // maxClaimAttempts bounds how often Claim tries again when DynamoDB
@@ -168,6 +169,8 @@ func (s *Store) names(placeholders ...string) map[string]string {
 			n = a.HeaderCoding
 		case "#bo":
 			n = a.BodyOmitted
+		case "#bk":
+			n = a.BodyChunks
 		default:
 			panic("dynamostore: unknown placeholder " + p)
 		}
@@ -212,7 +215,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		if item == nil {
 			continue // gone meanwhile: try again
 		}
-		rec, err := s.decodeRecord(item)
+		rec, err := s.readRecord(ctx, s.Key(c.Scope, c.Key), item)
 		if err != nil {
 			return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim, key %q: %w", c.Key, err)
 		}
@@ -260,49 +263,70 @@ const heldCondition = "#tok = :tok AND #st = :ip"
 // Complete implements idem.Store with one conditional UpdateItem. A
 // response that would make the item larger than DynamoDB's 400 KB (or
 // WithMaxItemSize) is stored as the package docs say ("Large
-// responses"): its body gzipped, or without its body, never refused.
+// responses"): its body gzipped, or in chunk items written with the
+// record in one TransactWriteItems, or left out; never refused.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
-	for level := levelRaw; level < levelCount; level++ {
-		u, used, err := s.completeUpdate(scope, key, token, &resp, expiresAt, level)
-		if err != nil {
-			return fmt.Errorf("dynamostore: complete: %w", err)
-		}
-		_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
-			ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
-			ExpressionAttributeValues: u.ExpressionAttributeValues,
-		})
-		var ccf *types.ConditionalCheckFailedException
-		switch {
-		case err == nil:
-			return nil
-		case errors.As(err, &ccf):
-			return idem.ErrLeaseLost
-		case tooLarge(err):
-			level = used // and on to the next level
-			continue
-		}
-		return fmt.Errorf("dynamostore: complete: %w", err)
-	}
-	return errors.New("dynamostore: complete: the record does not fit in an item even without its response's headers and body")
+	return s.complete(ctx, "complete", scope, key, token, &resp, expiresAt, nil)
 }
 
-// tooLarge reports DynamoDB's refusal of an item over 400 KB.
+// complete completes the record with resp, together with the handler's
+// writes when there are any, trying the encoding levels in order until
+// DynamoDB takes the item.
+func (s *Store) complete(ctx context.Context, op, scope, key, token string, resp *idem.Response, expiresAt time.Time, handler []types.TransactWriteItem) error {
+	lim := s.limits(token, len(handler))
+	for level := levelRaw; level < levelCount; level++ {
+		e := encodeResponse(resp, lim, level)
+		level = e.level
+		u, err := s.completeUpdate(scope, key, token, resp, &e, expiresAt)
+		if err != nil {
+			return fmt.Errorf("dynamostore: %s: %w", op, err)
+		}
+		if len(handler) == 0 && len(e.chunks) == 0 {
+			_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
+				ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
+				ExpressionAttributeValues: u.ExpressionAttributeValues,
+			})
+			if tooLarge(err) {
+				continue
+			}
+			return s.held(op, err)
+		}
+		items := append(handler[:len(handler):len(handler)], s.chunkPuts(u.Key, token, &e, expiresAt)...)
+		items = append(items, types.TransactWriteItem{Update: u})
+		_, err = s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems:      items,
+			ClientRequestToken: new(s.requestToken(u.Key, token, level)),
+		})
+		if err == nil {
+			return nil
+		}
+		if tooLarge(err) || ownTooLarge(err, len(handler), len(items)) {
+			continue
+		}
+		return commitError(op, err, len(handler), len(items))
+	}
+	return fmt.Errorf("dynamostore: %s: the record does not fit in an item even without its response's headers and body", op)
+}
+
+// tooLarge reports DynamoDB's refusal of an item over 400 KB, or of a
+// transaction over 4 MB.
 func tooLarge(err error) bool {
 	var ae smithy.APIError
-	return errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" &&
-		strings.Contains(ae.ErrorMessage(), "exceeded the maximum allowed size")
+	if !errors.As(err, &ae) || ae.ErrorCode() != "ValidationException" {
+		return false
+	}
+	m := ae.ErrorMessage()
+	return strings.Contains(m, "exceeded the maximum allowed size") || strings.Contains(m, "4 MB")
 }
 
 // completeUpdate builds the token-conditioned update that completes the
-// record with resp, encoded at level or below, and reports the level used.
-func (s *Store) completeUpdate(scope, key, token string, resp *idem.Response, expiresAt time.Time, level int) (*types.Update, int, error) {
+// record with resp, encoded as e.
+func (s *Store) completeUpdate(scope, key, token string, resp *idem.Response, e *encoded, expiresAt time.Time) (*types.Update, error) {
 	exp, err := nanos(expiresAt)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	budget := s.maxItem - s.fixedSize - len(token) - sizeReserve
-	e := encodeResponse(resp, budget, s.compressAt, level)
 	set := []string{"#st = :done", "#sc = :sc", "#ex = :ex", "#ttl = :ttl"}
 	ph := []string{"#st", "#sc", "#ex", "#ttl", "#le", "#tok"}
 	vals := map[string]types.AttributeValue{
@@ -321,6 +345,9 @@ func (s *Store) completeUpdate(scope, key, token string, resp *idem.Response, ex
 	if len(e.body) > 0 {
 		add("#b", ":b", attrB(e.body))
 	}
+	if len(e.chunks) > 0 {
+		add("#bk", ":bk", attrN(int64(len(e.chunks))))
+	}
 	if e.headerGzip {
 		add("#hc", ":hc", attrS(codingGzip))
 	}
@@ -337,7 +364,7 @@ func (s *Store) completeUpdate(scope, key, token string, resp *idem.Response, ex
 		ConditionExpression:       new(heldCondition),
 		ExpressionAttributeNames:  s.names(ph...),
 		ExpressionAttributeValues: vals,
-	}, e.level, nil
+	}, nil
 }
 
 // Release implements idem.Store with one conditional DeleteItem.
@@ -410,7 +437,7 @@ func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem
 	if out.Item == nil {
 		return idem.Record{}, false, nil
 	}
-	rec, err := s.decodeRecord(out.Item)
+	rec, err := s.readRecord(ctx, s.Key(scope, key), out.Item)
 	if err != nil {
 		return idem.Record{}, false, fmt.Errorf("dynamostore: get, key %q: %w", key, err)
 	}

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	idem "github.com/idemkit/idem/core"
 )
@@ -160,43 +159,35 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	if !ok {
 		return errors.New("dynamostore: commit: transaction already finished")
 	}
-	if len(items) == 0 {
-		return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
-	}
-	for level := levelRaw; level < levelCount; level++ {
-		u, used, err := t.s.completeUpdate(t.scope, t.key, t.token, &resp, expiresAt, level)
-		if err != nil {
-			return fmt.Errorf("dynamostore: commit: %w", err)
-		}
-		all := append(items[:len(items):len(items)], types.TransactWriteItem{Update: u})
-		_, err = t.s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
-			TransactItems:      all,
-			ClientRequestToken: new(requestToken(t.token, used)),
-		})
-		if err == nil {
-			return nil
-		}
-		if tooLarge(err) || recordTooLarge(err, len(items)) {
-			level = used
-			continue
-		}
-		return commitError(err, len(items))
-	}
-	return errors.New("dynamostore: commit: the record does not fit in an item even without its response's headers and body")
+	return t.s.complete(ctx, "commit", t.scope, t.key, t.token, &resp, expiresAt, items)
 }
 
 // requestToken derives the TransactWriteItems ClientRequestToken (at most
-// 36 characters) from the claim's token and the encoding level.
-func requestToken(token string, level int) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:16]) + "-" + strconv.Itoa(level)
+// 36 characters) from the table, the record's key, the claim's token and
+// the encoding level: DynamoDB keeps client tokens account-wide, and the
+// same token may complete records in other tables or under other keys.
+func (s *Store) requestToken(rec map[string]types.AttributeValue, token string, level int) string {
+	h := sha256.New()
+	for _, part := range []string{s.table, keyString(rec[s.pk]), keyString(rec[s.sk]), token} {
+		h.Write(strconv.AppendInt(nil, int64(len(part)), 10))
+		h.Write([]byte{':'})
+		h.Write([]byte(part))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16]) + "-" + strconv.Itoa(level)
+}
+
+func keyString(v types.AttributeValue) string {
+	if s, ok := v.(*types.AttributeValueMemberS); ok {
+		return s.Value
+	}
+	return ""
 }
 
 // reasons returns the cancellation reasons of a cancelled transaction of
-// n handler items and the record, or nil.
+// n items, or nil.
 func reasons(err error, n int) []types.CancellationReason {
 	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) && len(tce.CancellationReasons) == n+1 {
+	if errors.As(err, &tce) && len(tce.CancellationReasons) == n {
 		return tce.CancellationReasons
 	}
 	return nil
@@ -209,30 +200,36 @@ func code(r types.CancellationReason) string {
 	return *r.Code
 }
 
-// recordTooLarge reports a transaction cancelled because the record's
-// completion made its item too large.
-func recordTooLarge(err error, n int) bool {
-	rs := reasons(err, n)
+// ownTooLarge reports a transaction of n handler writes (of all in all)
+// cancelled because the record's completion or a chunk of its body made
+// an item too large.
+func ownTooLarge(err error, n, all int) bool {
+	rs := reasons(err, all)
 	if rs == nil {
 		return false
 	}
-	r := rs[n]
-	return code(r) == "ValidationError" && r.Message != nil && strings.Contains(*r.Message, "exceeded the maximum allowed size")
+	for _, r := range rs[n:] {
+		if code(r) == "ValidationError" && r.Message != nil && strings.Contains(*r.Message, "exceeded the maximum allowed size") {
+			return true
+		}
+	}
+	return false
 }
 
-// commitError turns a failed TransactWriteItems into Commit's error.
-func commitError(err error, n int) error {
-	rs := reasons(err, n)
+// commitError turns a failed TransactWriteItems of n handler writes (of
+// all in all, the record's completion last) into the Store's error.
+func commitError(op string, err error, n, all int) error {
+	rs := reasons(err, all)
 	if rs == nil {
-		return fmt.Errorf("dynamostore: commit: %w", err)
+		return fmt.Errorf("dynamostore: %s: %w", op, err)
 	}
-	if code(rs[n]) == "ConditionalCheckFailed" {
+	if code(rs[all-1]) == "ConditionalCheckFailed" {
 		return idem.ErrLeaseLost
 	}
 	for i, r := range rs[:n] {
 		if code(r) == "ConditionalCheckFailed" {
-			return fmt.Errorf("dynamostore: commit: %w (write %d of %d): %w", ErrTxConflict, i+1, n, err)
+			return fmt.Errorf("dynamostore: %s: %w (write %d of %d): %w", op, ErrTxConflict, i+1, n, err)
 		}
 	}
-	return fmt.Errorf("dynamostore: commit: %w", err)
+	return fmt.Errorf("dynamostore: %s: %w", op, err)
 }
