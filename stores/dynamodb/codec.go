@@ -199,10 +199,6 @@ func gunzip(b []byte) ([]byte, error) {
 	return out, nil
 }
 
-// numSize is how many bytes DynamoDB may count for a number of n digits
-// (one per two significant digits, and one): rounded up generously.
-func numSize(n int64) int { return len(strconv.FormatInt(n, 10)) + 2 }
-
 // chunked says where a completed record's body is when chunk items hold
 // it: n items keyed by the record's key and token (see chunkKey).
 type chunked struct {
