@@ -296,7 +296,7 @@ func (s *Store) complete(ctx context.Context, op, scope, key, token string, resp
 		items = append(items, types.TransactWriteItem{Update: u})
 		_, err = s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 			TransactItems:      items,
-			ClientRequestToken: new(s.requestToken(u.Key, token, level)),
+			ClientRequestToken: new(s.requestToken(u.Key, token, expiresAt, level)),
 		})
 		if err == nil {
 			return nil

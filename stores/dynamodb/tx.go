@@ -163,12 +163,16 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 }
 
 // requestToken derives the TransactWriteItems ClientRequestToken (at most
-// 36 characters) from the table, the record's key, the claim's token and
-// the encoding level: DynamoDB keeps client tokens account-wide, and the
-// same token may complete records in other tables or under other keys.
-func (s *Store) requestToken(rec map[string]types.AttributeValue, token string, level int) string {
+// 36 characters) from the table, the record's key, the claim's token, the
+// expiry and the encoding level: DynamoDB keeps client tokens
+// account-wide, the same token may complete records in other tables or
+// under other keys, and a later attempt of the same completion (the
+// engine's background retry, with a new expiry) must not be refused as
+// an IdempotentParameterMismatch: its token check answers it.
+func (s *Store) requestToken(rec map[string]types.AttributeValue, token string, expiresAt time.Time, level int) string {
 	h := sha256.New()
-	for _, part := range []string{s.table, keyString(rec[s.pk]), keyString(rec[s.sk]), token} {
+	exp := strconv.FormatInt(expiresAt.UnixNano(), 10)
+	for _, part := range []string{s.table, keyString(rec[s.pk]), keyString(rec[s.sk]), token, exp} {
 		h.Write(strconv.AppendInt(nil, int64(len(part)), 10))
 		h.Write([]byte{':'})
 		h.Write([]byte(part))
