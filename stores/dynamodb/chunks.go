@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	idem "github.com/idemkit/idem/core"
@@ -23,19 +24,80 @@ import (
 // expiry. Chunks are never deleted by the Store: DynamoDB's TTL removes
 // them with their record, or after it was deleted or taken over.
 
-// maxTxBytes is DynamoDB's bound on a TransactWriteItems: 4 MB in all.
-const maxTxBytes = 4 * 1024 * 1024
+// maxTxBytes is DynamoDB's bound on a TransactWriteItems: 4 MB in all
+// (taken as decimal megabytes, the smaller reading).
+const maxTxBytes = 4_000_000
 
-// limits returns the bounds of a completion by token that carries
-// handler of the handler's own writes.
-func (s *Store) limits(token string, handler int) limits {
+// limits returns the bounds of a completion by token that carries the
+// handler's own writes.
+func (s *Store) limits(token string, handler []types.TransactWriteItem) limits {
 	return limits{
 		budget:     s.maxItem - s.fixedSize - len(token) - sizeReserve,
 		chunkSize:  s.maxItem - s.chunkOverhead(),
-		maxChunks:  100 - 1 - handler,
-		maxChunked: maxTxBytes - s.maxItem - 64*1024,
+		maxChunks:  100 - 1 - len(handler),
+		maxChunked: maxTxBytes - s.maxItem - 64*1024 - writesSize(handler),
 		compressAt: s.compressAt,
 	}
+}
+
+// writesSize estimates what the handler's writes add to a transaction:
+// their items, keys and expression values, generously.
+func writesSize(items []types.TransactWriteItem) int {
+	n := 0
+	for _, it := range items {
+		switch {
+		case it.Put != nil:
+			n += mapSize(it.Put.Item) + mapSize(it.Put.ExpressionAttributeValues)
+		case it.Update != nil:
+			n += mapSize(it.Update.Key) + mapSize(it.Update.ExpressionAttributeValues) + len(aws.ToString(it.Update.UpdateExpression))
+		case it.Delete != nil:
+			n += mapSize(it.Delete.Key)
+		case it.ConditionCheck != nil:
+			n += mapSize(it.ConditionCheck.Key)
+		}
+		n += 256
+	}
+	return n
+}
+
+func mapSize(m map[string]types.AttributeValue) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v types.AttributeValue) int {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(v.Value)
+	case *types.AttributeValueMemberB:
+		return len(v.Value)
+	case *types.AttributeValueMemberSS:
+		n := 0
+		for _, s := range v.Value {
+			n += len(s) + 1
+		}
+		return n
+	case *types.AttributeValueMemberBS:
+		n := 0
+		for _, b := range v.Value {
+			n += len(b) + 1
+		}
+		return n
+	case *types.AttributeValueMemberNS:
+		return 22 * len(v.Value)
+	case *types.AttributeValueMemberL:
+		n := 3
+		for _, e := range v.Value {
+			n += valueSize(e) + 1
+		}
+		return n
+	case *types.AttributeValueMemberM:
+		return 3 + mapSize(v.Value) + len(v.Value)
+	}
+	return 22 // N, BOOL, NULL
 }
 
 // chunkOverhead is what a chunk item takes besides its body, generously.

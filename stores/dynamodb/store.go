@@ -273,7 +273,7 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 // writes when there are any, trying the encoding levels in order until
 // DynamoDB takes the item.
 func (s *Store) complete(ctx context.Context, op, scope, key, token string, resp *idem.Response, expiresAt time.Time, handler []types.TransactWriteItem) error {
-	lim := s.limits(token, len(handler))
+	lim := s.limits(token, handler)
 	for level := levelRaw; level < levelCount; level++ {
 		e := encodeResponse(resp, lim, level)
 		level = e.level
