@@ -81,23 +81,23 @@
 //
 // An item holds at most 400 KB, names and values (WithMaxItemSize lowers
 // the bound). A completion never fails for its size: the response is
-// stored in the first of these forms that fits, and always replays
-// exactly, except for the last two forms, where the body is left out as
-// it is for responses over the engine's cap:
+// stored in the first of these forms that fits. The first three replay
+// it exactly; the last three leave the body out (BodyOmitted), as the
+// engine does for responses over its cap, and the retry does not run
+// again:
 //
 //  1. headers and body in the item as they are (bodies larger than
 //     WithCompressAbove gzipped when that makes them smaller);
 //  2. the body gzipped, in the item;
 //  3. the body (gzipped when smaller) split into chunk items of up to
-//     400 KB, written with the record in one TransactWriteItems, up to
-//     about 3.6 MB in all (DynamoDB's 4 MB per transaction); a replay
-//     reads them with one consistent BatchGetItem. Chunks are removed
-//     by TTL at the record's expiry, also when the record was deleted or
-//     taken over before;
-//  4. status and headers, with BodyOmitted;
-//  5. status and gzipped headers, with BodyOmitted;
-//  6. status alone, with BodyOmitted: headers over 400 KB even gzipped
-//     are dropped.
+//     400 KB, written with the record in one TransactWriteItems: up to
+//     about 3.5 MB, less the handler's writes (DynamoDB allows 4 MB per
+//     transaction). A replay reads them with one consistent
+//     BatchGetItem. TTL removes chunks at the record's expiry, also when
+//     the record was deleted or taken over before;
+//  4. status and headers;
+//  5. status and gzipped headers;
+//  6. status alone: headers over 400 KB even gzipped are dropped.
 //
 // The Store estimates the item's size and, should DynamoDB still refuse
 // the item, sends the completion again in the next form.
