@@ -58,4 +58,3 @@ func (s *Store) names(placeholders ...string) map[string]string {
 	}
 	return m
 }
-
