@@ -1,8 +1,8 @@
 package dynamostore
 
 // The expressions every request uses. Attribute names are always
-// placeholders (#...), since a name may be a reserved word ("status",
-// "ttl" are); values are placeholders (:...).
+// placeholders (#...), since a name may be a reserved word (as "status"
+// is); values are placeholders (:...).
 
 // claimCondition takes the key when there is no item, when it has
 // expired, or when it is an in-progress claim whose lease has ended.
