@@ -127,7 +127,9 @@
 // transaction fails otherwise, nothing is written: the engine answers 503
 // (commit-failed) and releases the key, and the client's retry runs the
 // handler again. When the claim was lost, the completion's condition
-// fails and nothing is written either. A 5xx, a 429, a panic or a hijack
+// fails and nothing is written either. A transaction cancelled for a
+// TransactionConflict (a write to one of its items at the same moment,
+// such as the heartbeat's) is sent again, up to three times. A 5xx, a 429, a panic or a hijack
 // drops the collected items. The claim is kept alive by the engine's
 // heartbeat while the handler runs, as in plain mode.
 //

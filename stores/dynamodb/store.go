@@ -239,10 +239,7 @@ func (s *Store) complete(ctx context.Context, op, scope, key, token string, resp
 		}
 		items := append(handler[:len(handler):len(handler)], s.chunkPuts(u.Key, token, &e, expiresAt)...)
 		items = append(items, types.TransactWriteItem{Update: u})
-		_, err = s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
-			TransactItems:      items,
-			ClientRequestToken: new(s.requestToken(u.Key, token, expiresAt, level)),
-		})
+		err = s.transact(ctx, items, u.Key, token, expiresAt, level)
 		if err == nil {
 			return nil
 		}
@@ -252,6 +249,47 @@ func (s *Store) complete(ctx context.Context, op, scope, key, token string, resp
 		return commitError(op, err, len(handler), len(items))
 	}
 	return fmt.Errorf("dynamostore: %s: the record does not fit in an item even without its response's headers and body", op)
+}
+
+// maxConflicts bounds how often a completion's TransactWriteItems is sent
+// again after DynamoDB cancelled it for a TransactionConflict: a write to
+// one of its items in flight at the same moment (the heartbeat's Extend
+// of the record, or another request's write to a handler item).
+const maxConflicts = 3
+
+// transact sends items in one TransactWriteItems, again after a
+// TransactionConflict (a cancelled transaction wrote nothing, so each
+// attempt has a client token of its own).
+func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem, rec map[string]types.AttributeValue, token string, expiresAt time.Time, level int) error {
+	for attempt := 0; ; attempt++ {
+		_, err := s.client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems:      items,
+			ClientRequestToken: new(s.requestToken(rec, token, expiresAt, level*maxConflicts+attempt)),
+		})
+		if err == nil || attempt+1 == maxConflicts || !conflicted(err, len(items)) {
+			return err
+		}
+		if err := sleep(ctx, time.Duration(attempt+1)*20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// conflicted reports a transaction of n items cancelled for a
+// TransactionConflict and no failed condition.
+func conflicted(err error, n int) bool {
+	rs := reasons(err, n)
+	found := false
+	for _, r := range rs {
+		switch code(r) {
+		case "TransactionConflict":
+			found = true
+		case "None", "":
+		default:
+			return false
+		}
+	}
+	return found
 }
 
 // tooLarge reports DynamoDB's refusal of an item over 400 KB, or of a

@@ -169,7 +169,7 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 // under other keys, and a later attempt of the same completion (the
 // engine's background retry, with a new expiry) must not be refused as
 // an IdempotentParameterMismatch: its token check answers it.
-func (s *Store) requestToken(rec map[string]types.AttributeValue, token string, expiresAt time.Time, level int) string {
+func (s *Store) requestToken(rec map[string]types.AttributeValue, token string, expiresAt time.Time, attempt int) string {
 	h := sha256.New()
 	exp := strconv.FormatInt(expiresAt.UnixNano(), 10)
 	for _, part := range []string{s.table, keyString(rec[s.pk]), keyString(rec[s.sk]), token, exp} {
@@ -177,7 +177,7 @@ func (s *Store) requestToken(rec map[string]types.AttributeValue, token string, 
 		h.Write([]byte{':'})
 		h.Write([]byte(part))
 	}
-	return hex.EncodeToString(h.Sum(nil)[:16]) + "-" + strconv.Itoa(level)
+	return hex.EncodeToString(h.Sum(nil)[:16]) + "-" + strconv.Itoa(attempt)
 }
 
 func keyString(v types.AttributeValue) string {
