@@ -1,0 +1,306 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	idem "github.com/idemkit/idem/core"
+)
+
+// Client is what a Store sends its calls through. *dynamodb.Client
+// satisfies it, and so does any wrapper with the same methods (for
+// tracing, or a test double that counts calls). CreateTable needs a
+// *dynamodb.Client, or another type that also has CreateTable,
+// DescribeTable, UpdateTimeToLive and DescribeTimeToLive.
+type Client interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+}
+
+// maxClaimAttempts bounds how often Claim tries again when DynamoDB
+// refused its write without returning the item that blocked it (an
+// emulator without ReturnValuesOnConditionCheckFailure) and the item read
+// back had meanwhile gone or ended.
+const maxClaimAttempts = 5
+
+// sizeReserve is what a completion's size estimate sets aside for the
+// attributes it does not know (the fingerprint) and DynamoDB's own
+// rounding; a completion that still does not fit is sent again one
+// encoding level down (see encodeResponse).
+const sizeReserve = 2048
+
+// Store is an idem.Store on one DynamoDB table. It also implements
+// idem.Getter, idem.Deleter, idem.Extender and idem.Evicter; ExactlyOnce
+// returns a view that also implements idem.TxBeginner. It implements no
+// idem.ExpiredDeleter (DynamoDB's TTL removes expired items), no
+// idem.Notifier (the engine's wait mode polls) and no idem.Clock
+// (DynamoDB tells no time: instances rely on their hosts' clocks, NTP).
+//
+// Every method is one request to DynamoDB: Claim a conditional PutItem
+// (two requests only on an emulator that does not return the blocking
+// item), Complete and Extend a conditional UpdateItem, Release and Evict
+// a conditional DeleteItem, Get a strongly consistent GetItem. A Store is
+// safe for concurrent use and holds nothing but its settings.
+type Store struct {
+	client     Client
+	table      string
+	pk, sk     string
+	skValue    string
+	skPrefix   bool
+	keyPrefix  string
+	attrs      Attributes
+	maxItem    int
+	compressAt int
+	fixedSize  int // the size of a completed item without its response and fingerprint
+}
+
+var (
+	_ idem.Store    = (*Store)(nil)
+	_ idem.Getter   = (*Store)(nil)
+	_ idem.Deleter  = (*Store)(nil)
+	_ idem.Extender = (*Store)(nil)
+	_ idem.Evicter  = (*Store)(nil)
+)
+
+// New returns a Store that keeps its records in a table through client
+// (a *dynamodb.Client, say). It does not touch DynamoDB: create the table
+// with CreateTable, or as the package docs describe. New fails only on a
+// nil client or an option it cannot use (an error wrapping ErrBadOption).
+func New(client Client, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("dynamostore: New: the client is nil")
+	}
+	c := config{table: DefaultTable, pk: DefaultPartitionKey, maxItem: MaxItemSize}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	c.attrs = c.attrs.merge(defaultAttributes())
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		client: client, table: c.table, pk: c.pk, sk: c.sk, skValue: c.skValue,
+		skPrefix: c.skPrefix, keyPrefix: c.keyPrefix, attrs: c.attrs,
+		maxItem: c.maxItem, compressAt: c.compressAt,
+	}
+	s.fixedSize = s.itemOverhead()
+	return s, nil
+}
+
+// itemOverhead estimates the bytes of a completed item other than its
+// response's headers and body and its fingerprint's value: the names of
+// every attribute, the keys, a 64-byte token and the numbers.
+func (s *Store) itemOverhead() int {
+	n := len(s.pk) + len(s.keyPrefix) + 32 + 64
+	if s.sk != "" {
+		n += len(s.sk) + len(s.skValue) + 32
+	}
+	for _, f := range s.attrs.fields() {
+		n += len(f.name) + 24
+	}
+	return n
+}
+
+// Table returns the name of the Store's table.
+func (s *Store) Table() string { return s.table }
+
+// Key returns the primary key of the item that holds the record for
+// (scope, key), for operators and tests.
+func (s *Store) Key(scope, key string) map[string]types.AttributeValue {
+	id := recordID(scope, key)
+	k := map[string]types.AttributeValue{s.pk: attrS(s.keyPrefix + id)}
+	if s.sk != "" {
+		v := s.skValue
+		if s.skPrefix {
+			v += id
+		}
+		k[s.sk] = attrS(v)
+	}
+	return k
+}
+
+// Claim implements idem.Store with one conditional PutItem, which returns
+// the item that blocked it in the same call
+// (ReturnValuesOnConditionCheckFailure ALL_OLD). Expired items that
+// DynamoDB's TTL has not removed yet are taken over like absent ones.
+func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+	in, err := s.claimInput(&c)
+	if err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim: %w", err)
+	}
+	for range maxClaimAttempts {
+		_, err := s.client.PutItem(ctx, in)
+		if err == nil {
+			return idem.ClaimResult{Acquired: true}, nil
+		}
+		var ccf *types.ConditionalCheckFailedException
+		if !errors.As(err, &ccf) {
+			return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim: %w", err)
+		}
+		item := ccf.Item
+		if item == nil {
+			// An emulator that does not return the item: read it.
+			out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+				TableName: &s.table, Key: s.Key(c.Scope, c.Key), ConsistentRead: new(true),
+			})
+			if err != nil {
+				return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim: read the blocking record: %w", err)
+			}
+			item = out.Item
+		}
+		if item == nil {
+			continue // gone meanwhile: try again
+		}
+		rec, err := s.readRecord(ctx, s.Key(c.Scope, c.Key), item)
+		if err != nil {
+			return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim, key %q: %w", c.Key, err)
+		}
+		if ccf.Item != nil || !rec.Takeable(c.Now) {
+			return idem.ClaimResult{Existing: &rec}, nil
+		}
+	}
+	return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim: the record kept changing over %d attempts", maxClaimAttempts)
+}
+
+// claimInput builds the claim's PutItem: the whole new record, written
+// when claimCondition holds.
+func (s *Store) claimInput(c *idem.Claim) (*dynamodb.PutItemInput, error) {
+	now, err := nanos(c.Now)
+	if err != nil {
+		return nil, err
+	}
+	leaseEnd, err := nanos(c.LeaseEnd)
+	if err != nil {
+		return nil, err
+	}
+	a := &s.attrs
+	item := s.Key(c.Scope, c.Key)
+	item[a.Fingerprint] = attrB([]byte(c.Fingerprint))
+	item[a.Token] = attrB([]byte(c.Token))
+	item[a.State] = attrN(int64(idem.StateInProgress))
+	item[a.CreatedAt] = attrN(now)
+	item[a.CreatedSec] = attrN(c.Now.Unix())
+	item[a.LeaseEnd] = attrN(leaseEnd)
+	item[a.ExpiresAt] = attrN(leaseEnd)
+	item[a.TTL] = attrN(ceilSec(keepUntil(c.Now, c.LeaseEnd)))
+	return &dynamodb.PutItemInput{
+		TableName:                           &s.table,
+		Item:                                item,
+		ConditionExpression:                 new(claimCondition),
+		ExpressionAttributeNames:            s.names("#pk", "#ex", "#st", "#le"),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": attrN(now), ":ip": attrN(int64(idem.StateInProgress))},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, nil
+}
+
+// Complete implements idem.Store with one conditional UpdateItem. A
+// response that would make the item larger than DynamoDB's 400 KB (or
+// WithMaxItemSize) is stored as the package docs say ("Large
+// responses"): its body gzipped, or in chunk items written with the
+// record in one TransactWriteItems, or left out; never refused.
+func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
+	return s.complete(ctx, "complete", scope, key, token, &resp, expiresAt, nil)
+}
+
+// Release implements idem.Store with one conditional DeleteItem.
+func (s *Store) Release(ctx context.Context, scope, key, token string) error {
+	return s.deleteHeld(ctx, "release", scope, key, token, heldCondition, "#tok", "#st")
+}
+
+// Evict implements idem.Evicter with one conditional DeleteItem: the
+// record goes, in progress or completed, only while it holds token.
+func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
+	return s.deleteHeld(ctx, "evict", scope, key, token, "#tok = :tok", "#tok")
+}
+
+func (s *Store) deleteHeld(ctx context.Context, op, scope, key, token, cond string, ph ...string) error {
+	vals := map[string]types.AttributeValue{":tok": attrB([]byte(token))}
+	if strings.Contains(cond, ":ip") {
+		vals[":ip"] = attrN(int64(idem.StateInProgress))
+	}
+	_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &s.table, Key: s.Key(scope, key), ConditionExpression: &cond,
+		ExpressionAttributeNames: s.names(ph...), ExpressionAttributeValues: vals,
+	})
+	return s.held(op, err)
+}
+
+// held turns a token-conditioned write's error into the Store's.
+func (s *Store) held(op string, err error) error {
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ccf):
+		return idem.ErrLeaseLost
+	}
+	return fmt.Errorf("dynamostore: %s: %w", op, err)
+}
+
+// Extend implements idem.Extender with one conditional UpdateItem. The
+// item's TTL moves to leaseEnd + (leaseEnd − CreatedAt), computed by
+// DynamoDB from the item's created_s.
+func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+	le, err := nanos(leaseEnd)
+	if err != nil {
+		return fmt.Errorf("dynamostore: extend: %w", err)
+	}
+	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                &s.table,
+		Key:                      s.Key(scope, key),
+		UpdateExpression:         new("SET #le = :le, #ex = :le, #ttl = :twice - #cs"),
+		ConditionExpression:      new(heldCondition),
+		ExpressionAttributeNames: s.names("#le", "#ex", "#ttl", "#cs", "#tok", "#st"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":le": attrN(le), ":twice": attrN(twiceSec(leaseEnd)),
+			":tok": attrB([]byte(token)), ":ip": attrN(int64(idem.StateInProgress)),
+		},
+	})
+	return s.held("extend", err)
+}
+
+// Get implements idem.Getter with one strongly consistent GetItem. A
+// record past its ExpiresAt is reported gone, whether or not DynamoDB's
+// TTL has removed it yet.
+func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.table, Key: s.Key(scope, key), ConsistentRead: new(true),
+	})
+	if err != nil {
+		return idem.Record{}, false, fmt.Errorf("dynamostore: get: %w", err)
+	}
+	if out.Item == nil {
+		return idem.Record{}, false, nil
+	}
+	rec, err := s.readRecord(ctx, s.Key(scope, key), out.Item)
+	if err != nil {
+		return idem.Record{}, false, fmt.Errorf("dynamostore: get, key %q: %w", key, err)
+	}
+	if !now.Before(rec.ExpiresAt) {
+		return idem.Record{}, false, nil
+	}
+	return rec, true, nil
+}
+
+// Delete implements idem.Deleter with one DeleteItem. It reports whether
+// an item was there, expired or not.
+func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
+	out, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &s.table, Key: s.Key(scope, key), ReturnValues: types.ReturnValueAllOld,
+	})
+	if err != nil {
+		return false, fmt.Errorf("dynamostore: delete: %w", err)
+	}
+	return len(out.Attributes) > 0, nil
+}
