@@ -366,6 +366,7 @@ const (
 	redisDefault    = "redis://127.0.0.1:6379/0"
 	postgresDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	mysqlDefault    = "root@tcp(127.0.0.1:3306)/test"
+	dynamoDefault   = "http://127.0.0.1:8000"
 )
 
 // reachableMySQL is reachable for a go-sql-driver DSN.
@@ -395,6 +396,11 @@ func reachableMySQL(t *testing.T) string {
 func storeArgs(t *testing.T, store string) []string {
 	t.Helper()
 	switch store {
+	case "dynamodb":
+		u := reachable(t, "IDEM_TEST_DYNAMODB_URL", dynamoDefault)
+		table := "e2e_" + randomName()
+		t.Cleanup(func() { deleteDynamoTable(t, u, table) })
+		return []string{"-store", "dynamodb", "-dynamodb-url", u, "-dynamodb-table", table}
 	case "redis":
 		u := reachable(t, "IDEM_TEST_REDIS_URL", redisDefault)
 		prefix := "e2e-" + randomName() + ":"
@@ -433,7 +439,7 @@ func storeArgs(t *testing.T, store string) []string {
 
 func TestSharedStores(t *testing.T) {
 	t.Parallel() // it mostly waits (leases, timeouts): with the others at once
-	for _, store := range []string{"redis", "postgres", "mysql"} {
+	for _, store := range []string{"redis", "postgres", "mysql", "dynamodb"} {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel() // each store's kill test waits out a lease
 			t.Run("orders examples", func(t *testing.T) {

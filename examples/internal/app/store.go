@@ -10,6 +10,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -17,6 +21,7 @@ import (
 	idem "github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/examples/internal/orders"
 	"github.com/idemkit/idem/examples/internal/ordersql"
+	dynamostore "github.com/idemkit/idem/stores/dynamodb"
 	memstore "github.com/idemkit/idem/stores/memory"
 	mysqlstore "github.com/idemkit/idem/stores/mysql"
 	pgxstore "github.com/idemkit/idem/stores/pgx"
@@ -34,7 +39,9 @@ type StoreFlags struct {
 	PGTable     string
 	MySQLDSN    string
 	MySQLTable  string
-	ExactlyOnce bool // postgres and mysql: the engine gets store.ExactlyOnce()
+	DynamoURL   string
+	DynamoTable string
+	ExactlyOnce bool // postgres, mysql and dynamodb: the engine gets store.ExactlyOnce()
 
 	pool *pgxpool.Pool // set by Open for postgres
 	db   *sql.DB       // set by Open for mysql
@@ -46,14 +53,16 @@ type StoreFlags struct {
 // $IDEM_REDIS_URL, $IDEM_POSTGRES_URL and $IDEM_MYSQL_DSN, then to the
 // local servers.
 func (f *StoreFlags) Register(fs *flag.FlagSet, program string) {
-	fs.StringVar(&f.Kind, "store", "memory", "idempotency store: memory, redis, postgres or mysql; a shared store that does not answer at start-up stops the program (exit 1), one that fails later answers 503 until it is back")
+	fs.StringVar(&f.Kind, "store", "memory", "idempotency store: memory, redis, postgres, mysql or dynamodb; a shared store that does not answer at start-up stops the program (exit 1), one that fails later answers 503 until it is back")
 	fs.StringVar(&f.RedisURL, "redis-url", envOr("IDEM_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (-store redis; default $IDEM_REDIS_URL, else the local server)")
 	fs.StringVar(&f.RedisPrefix, "redis-prefix", "idem:"+program+":", "prefix of the Redis keys (-store redis)")
 	fs.StringVar(&f.PostgresURL, "postgres-url", envOr("IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL (-store postgres; default $IDEM_POSTGRES_URL, else the local server)")
 	fs.StringVar(&f.PGTable, "pg-table", "idem_"+program, "PostgreSQL table of the records (-store postgres)")
 	fs.StringVar(&f.MySQLDSN, "mysql-dsn", envOr("IDEM_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test"), "MySQL DSN, go-sql-driver syntax (-store mysql; default $IDEM_MYSQL_DSN, else the local server)")
 	fs.StringVar(&f.MySQLTable, "mysql-table", "idem_"+program, "MySQL table of the records (-store mysql)")
-	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "run each claimed request in a database transaction that commits with its record (-store postgres or mysql)")
+	fs.StringVar(&f.DynamoURL, "dynamodb-url", envOr("IDEM_DYNAMODB_URL", ""), "DynamoDB endpoint, e.g. http://127.0.0.1:8000 for dynalite (-store dynamodb; default $IDEM_DYNAMODB_URL, else AWS as the environment configures it)")
+	fs.StringVar(&f.DynamoTable, "dynamodb-table", "idem_"+program, "DynamoDB table of the records, created when missing (-store dynamodb)")
+	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "run each claimed request in a transaction that commits with its record (-store postgres, mysql or dynamodb)")
 }
 
 // String names the store for the start-up line: its kind and where it is
@@ -76,6 +85,12 @@ func (f *StoreFlags) String() string {
 		if cfg, err := mysql.ParseDSN(f.MySQLDSN); err == nil {
 			return "mysql " + cfg.Addr + "/" + cfg.DBName + " table " + f.MySQLTable + mode
 		}
+	case "dynamodb":
+		where := "AWS"
+		if u, err := url.Parse(f.DynamoURL); err == nil && u.Host != "" {
+			where = u.Host
+		}
+		return "dynamodb " + where + " table " + f.DynamoTable + mode
 	}
 	return f.Kind
 }
@@ -83,12 +98,12 @@ func (f *StoreFlags) String() string {
 // Validate reports a bad flag value.
 func (f *StoreFlags) Validate() error {
 	switch f.Kind {
-	case "memory", "redis", "postgres", "mysql":
+	case "memory", "redis", "postgres", "mysql", "dynamodb":
 	default:
-		return fmt.Errorf("-store %q: want memory, redis, postgres or mysql", f.Kind)
+		return fmt.Errorf("-store %q: want memory, redis, postgres, mysql or dynamodb", f.Kind)
 	}
-	if f.ExactlyOnce && f.Kind != "postgres" && f.Kind != "mysql" {
-		return errors.New("-exactly-once needs -store postgres or mysql")
+	if f.ExactlyOnce && f.Kind != "postgres" && f.Kind != "mysql" && f.Kind != "dynamodb" {
+		return errors.New("-exactly-once needs -store postgres, mysql or dynamodb")
 	}
 	return nil
 }
@@ -179,8 +194,45 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 			return s.ExactlyOnce(), func() { s.Close(); db.Close() }, nil
 		}
 		return s, func() { s.Close(); db.Close() }, nil
+	case "dynamodb":
+		return f.openDynamo(ctx)
 	}
 	return nil, nil, f.Validate()
+}
+
+// openDynamo opens -store dynamodb: AWS as the environment configures it,
+// or the endpoint -dynamodb-url names (dynalite takes any credentials).
+func (f *StoreFlags) openDynamo(ctx context.Context) (idem.Store, func(), error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-store dynamodb: loading the AWS configuration: %w", err)
+	}
+	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		if f.DynamoURL == "" {
+			return
+		}
+		o.BaseEndpoint = aws.String(f.DynamoURL)
+		if o.Region == "" {
+			o.Region = "us-east-1"
+		}
+		if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
+			o.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
+		}
+	})
+	s, err := dynamostore.New(client, dynamostore.WithTable(f.DynamoTable))
+	if err != nil {
+		return nil, nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = s.CreateTable(sctx)
+	cancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("-dynamodb-url %s: creating the DynamoDB table %s: %w", f.DynamoURL, f.DynamoTable, err)
+	}
+	if f.ExactlyOnce {
+		return s.ExactlyOnce(), func() {}, nil
+	}
+	return s, func() {}, nil
 }
 
 // MustOpen is Open for main: it exits with a message when the store cannot
@@ -234,7 +286,7 @@ func (f *StoreFlags) Orders(ctx context.Context) (orders.Repo, error) {
 		}
 		return r, nil
 	}
-	return nil, errors.New("-exactly-once: the store is not open")
+	return orders.NewMemory(), nil // DynamoDB: the orders stay in memory
 }
 
 // MustOrders is Orders for main: it exits with a message on an error.
