@@ -154,11 +154,18 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// checkDB puts the database in WAL mode if it is not, and checks that the
-// connection has a busy timeout, within 5 seconds.
+// checkDB checks that the connection has a busy timeout and puts the
+// database in WAL mode if it is not, within 5 seconds.
 func checkDB(db *sql.DB) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	var busy int
+	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil {
+		return fmt.Errorf("sqlitestore: reading busy_timeout: %w", err)
+	}
+	if busy <= 0 {
+		return fmt.Errorf("%w: the connection has no busy timeout, so a write would fail at once with SQLITE_BUSY when another connection writes: open the DB with Open, or add _pragma=busy_timeout(10000) to the DSN", ErrBadOption)
+	}
 	var mode string
 	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		return fmt.Errorf("sqlitestore: reading journal_mode: %w", err)
@@ -170,13 +177,6 @@ func checkDB(db *sql.DB) error {
 		if !strings.EqualFold(mode, "wal") {
 			return fmt.Errorf("%w: the database cannot run in WAL mode (journal_mode is %s; an in-memory database cannot): open a file, with Open", ErrBadOption, mode)
 		}
-	}
-	var busy int
-	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil {
-		return fmt.Errorf("sqlitestore: reading busy_timeout: %w", err)
-	}
-	if busy <= 0 {
-		return fmt.Errorf("%w: the connection has no busy timeout, so a write would fail at once with SQLITE_BUSY when another connection writes: open the DB with Open, or add _pragma=busy_timeout(10000) to the DSN", ErrBadOption)
 	}
 	return nil
 }
