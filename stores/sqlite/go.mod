@@ -5,11 +5,13 @@ go 1.26.0
 replace (
 	github.com/idemkit/idem/conformance => ../../conformance
 	github.com/idemkit/idem/core => ../../core
+	github.com/idemkit/idem/stores/memory => ../memory
 )
 
 require (
 	github.com/idemkit/idem/conformance v0.1.0
 	github.com/idemkit/idem/core v0.1.0
+	github.com/idemkit/idem/stores/memory v0.1.0
 	modernc.org/sqlite v1.62.0
 )
 
