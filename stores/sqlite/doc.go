@@ -50,9 +50,12 @@
 // itself: every write it makes (a new claim, Complete, Release, Extend,
 // Delete, Evict, a sweep batch, an exactly-once transaction) first takes
 // the store's write lock, a Go semaphore whose wait honours the context,
-// so the store's writers queue in order instead of polling SQLite's lock
-// and never see SQLITE_BUSY (TestEngineConcurrentFirstRequests sends 64
-// first requests at once). Reads take no lock: in WAL mode they run beside
+// so the store's writers queue instead of polling SQLite's lock and never
+// see SQLITE_BUSY (TestEngineConcurrentFirstRequests sends 64 first
+// requests at once). The writes that queued while the lock was held run
+// together when it is free, in one transaction: one commit and one fsync
+// for all of them (group commit), each caller getting its own
+// statement's outcome. A lone write runs on its own, with no BEGIN. Reads take no lock: in WAL mode they run beside
 // the writer and see the last commit. A claim reads first and writes only
 // when the key is free or takeable:
 //
@@ -79,7 +82,8 @@
 // With Open's synchronous=FULL every commit fsyncs the WAL before it
 // returns, so a completed record survives a crash of the process and of
 // the machine. A first request writes twice (the claim, the completion),
-// two commits and two fsyncs; a replay, a 409 and a 422 write nothing; a
+// two commits and two fsyncs, which concurrent requests share (group
+// commit); a replay, a 409 and a 422 write nothing; a
 // heartbeat (Extend) writes once. In exactly-once mode a first request
 // writes twice too: the claim, and one transaction holding the handler's
 // writes and the completion. synchronous=NORMAL (open the DB yourself)

@@ -33,6 +33,11 @@ const (
 	DefaultSweepInterval = time.Minute
 )
 
+// maxClaimAttempts bounds how often Claim starts over after losing a race:
+// each new attempt needs another writer to change the row between Claim's
+// read and its write.
+const maxClaimAttempts = 5
+
 // sweepBatch is how many rows one DeleteExpired statement removes at most:
 // the write lock is given up between batches, so requests go on.
 const sweepBatch = 1000
@@ -78,14 +83,17 @@ func WithLogger(l *slog.Logger) Option {
 // Writes (a new claim, Complete, Release, Extend, Delete, Evict, a sweep
 // batch, an exactly-once transaction) take the store's write lock first,
 // one at a time, so they never meet each other at SQLite's lock and never
-// see SQLITE_BUSY; waiting for the write lock honours ctx.
+// see SQLITE_BUSY; waiting for the write lock honours ctx. Writes that
+// queue for the lock together commit together (group commit): one
+// transaction, one fsync.
 type Store struct {
 	db    *sql.DB
 	table string
 	q     queries
 	opts  options
 
-	sem chan struct{} // the store's write lock; see lock
+	sem   chan struct{} // the store's write lock; see lock
+	batch batch         // writes waiting for it; see write
 
 	heldMu sync.Mutex
 	held   map[watchKey]struct{} // records an exactly-once transaction holds
@@ -209,58 +217,35 @@ func (s *Store) lock(ctx context.Context) error {
 
 func (s *Store) unlock() { <-s.sem }
 
-// write runs one statement under the write lock and returns how many rows
-// it changed.
-func (s *Store) write(ctx context.Context, q string, args ...any) (int64, error) {
-	if err := s.lock(ctx); err != nil {
-		return 0, err
-	}
-	defer s.unlock()
-	res, err := s.db.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
 // Claim implements idem.Store. It reads the row first, without the write
 // lock: a live record (a replay, a 409, a 422) is answered from that read,
 // writing nothing, as is an in-progress record whose lease has ended but
 // that a live exactly-once transaction of this store holds. Otherwise it
-// takes the write lock and runs one INSERT ... ON CONFLICT DO UPDATE that
-// takes the key only if it is still free or takeable; when that changes
-// no row (another claim got there between the read and the lock), it reads
-// the winner's record, still under the lock, and returns it.
+// writes one INSERT ... ON CONFLICT DO UPDATE under the write lock that
+// takes the key only if it is still free or takeable. When that changes no
+// row, another claim got there between the read and the write, and Claim
+// starts over: its read returns the winner's record.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
 	scope, key := []byte(c.Scope), []byte(c.Key)
 	now := floorMicro(c.Now)
-	rec, found, err := s.read(ctx, scope, key)
-	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
+	for range maxClaimAttempts {
+		rec, found, err := s.read(ctx, scope, key)
+		if err != nil {
+			return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
+		}
+		if found && (!rec.Takeable(now) || rec.State == idem.StateInProgress && s.isHeld(c.Scope, c.Key)) {
+			return idem.ClaimResult{Existing: &rec}, nil
+		}
+		n, err := s.write(ctx, s.q.claim, scope, key, []byte(c.Fingerprint), []byte(c.Token),
+			now.UnixMicro(), ceilMicro(c.LeaseEnd).UnixMicro())
+		if err != nil {
+			return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
+		}
+		if n == 1 {
+			return idem.ClaimResult{Acquired: true}, nil
+		}
 	}
-	if found && (!rec.Takeable(now) || rec.State == idem.StateInProgress && s.isHeld(c.Scope, c.Key)) {
-		return idem.ClaimResult{Existing: &rec}, nil
-	}
-	if err := s.lock(ctx); err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
-	}
-	defer s.unlock()
-	res, err := s.db.ExecContext(ctx, s.q.claim, scope, key, []byte(c.Fingerprint), []byte(c.Token),
-		now.UnixMicro(), ceilMicro(c.LeaseEnd).UnixMicro())
-	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 1 {
-		return idem.ClaimResult{Acquired: true}, nil
-	}
-	rec, found, err = s.read(ctx, scope, key)
-	switch {
-	case err != nil:
-		return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
-	case !found:
-		return idem.ClaimResult{}, errors.New("sqlitestore: claim: the claim took no row, yet there is none")
-	}
-	return idem.ClaimResult{Existing: &rec}, nil
+	return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
 }
 
 // read returns the row of (scope, key), expired or not.
