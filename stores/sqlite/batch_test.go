@@ -51,7 +51,9 @@ func TestGroupCommit(t *testing.T) {
 			errs <- err
 		}
 	})
-	wg.Go(func() { errs <- s.Complete(ctx, "s", "taken", "t-taken", idem.Response{Status: 201}, now, now.Add(time.Hour)) })
+	wg.Go(func() {
+		errs <- s.Complete(ctx, "s", "taken", "t-taken", idem.Response{Status: 201}, now, now.Add(time.Hour))
+	})
 	for i := 0; i < 1000 && s.pendingWrites() < n+3; i++ {
 		time.Sleep(time.Millisecond)
 	}
