@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -242,6 +244,54 @@ func TestSchema(t *testing.T) {
 	for _, st := range []*Store{s, other} {
 		if res, err := st.Claim(t.Context(), c); err != nil || !res.Acquired {
 			t.Fatalf("claim in %s: %v %v; tables must be separate", st.Table(), res, err)
+		}
+	}
+}
+
+// TestTwoStoresOneFile: two stores on two pools of one file (as two
+// processes on one host would be) race for the same keys: each key is
+// taken exactly once, and neither meets SQLITE_BUSY.
+func TestTwoStoresOneFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.db")
+	var stores [2]*Store
+	for i := range stores {
+		db, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		stores[i] = newStore(t, db)
+	}
+	now := time.Now()
+	const keys, racers = 8, 8
+	var acquired [keys]atomic.Int32
+	errs := make(chan error, 2*keys*racers)
+	var wg sync.WaitGroup
+	for i := range 2 * racers {
+		s := stores[i%2]
+		wg.Go(func() {
+			for k := range keys {
+				c := idem.Claim{Scope: "s", Key: strconv.Itoa(k), Fingerprint: "f", Token: strconv.Itoa(i),
+					Now: now, LeaseEnd: now.Add(time.Minute)}
+				res, err := s.Claim(t.Context(), c)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				if res.Acquired {
+					acquired[k].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("claim: %v", err)
+	}
+	for k := range acquired {
+		if n := acquired[k].Load(); n != 1 {
+			t.Errorf("key %d taken %d times, want once", k, n)
 		}
 	}
 }
