@@ -22,7 +22,7 @@ import (
 // settings: WAL, synchronous=FULL, so every commit fsyncs), and next to
 // the memory store under concurrency:
 //
-//	go test -run '^$' -bench . -benchtime 200x -count 6 | benchstat -
+//	go test -run '^$' -bench . -benchtime 300x -count 6 | benchstat -
 //
 // BenchmarkRatio times the pairs alternately in one loop, so a shared
 // machine's noise hits both alike, and reports the ratios of medians.
