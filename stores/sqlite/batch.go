@@ -35,6 +35,9 @@ type batch struct {
 // whose ctx ends before its statement is taken into a batch withdraws it
 // and returns the context's error; once taken, it waits for the batch.
 func (s *Store) write(ctx context.Context, q string, args ...any) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("before writing: %w", context.Cause(ctx))
+	}
 	op := &writeOp{q: q, args: args, done: make(chan struct{})}
 	s.batch.mu.Lock()
 	s.batch.pending = append(s.batch.pending, op)

@@ -1,10 +1,12 @@
 package sqlitestore
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -217,11 +219,13 @@ func TestEngineExactlyOnce(t *testing.T) {
 func TestEngineConcurrentFirstRequests(t *testing.T) {
 	for _, exactlyOnce := range []bool{false, true} {
 		t.Run(fmt.Sprintf("exactly once %v", exactlyOnce), func(t *testing.T) {
-			o := newOrderServer(t, idem.WithStoreTimeout(time.Minute))
+			var logs lockedBuffer
+			logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			o := newOrderServer(t, idem.WithStoreTimeout(time.Minute), idem.WithLogger(logger))
 			if !exactlyOnce {
 				// The plain engine on the same store, its handler writing
 				// nothing: the claims and completions are all the writes.
-				e, err := idem.New(o.s, idem.WithLogger(quietLog))
+				e, err := idem.New(o.s, idem.WithStoreTimeout(time.Minute), idem.WithLogger(logger))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -247,6 +251,9 @@ func TestEngineConcurrentFirstRequests(t *testing.T) {
 			for b := range bodies {
 				t.Errorf("a first request failed: %s", b)
 			}
+			if l := logs.String(); strings.Contains(l, "SQLITE_BUSY") || strings.Contains(l, "locked") {
+				t.Errorf("the engine logged a busy database:\n%s", l)
+			}
 			if got := o.runs.Load(); got != n {
 				t.Fatalf("handlers ran %d times, want %d", got, n)
 			}
@@ -257,6 +264,24 @@ func TestEngineConcurrentFirstRequests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestEngineWaitMode: duplicates wait for the first request and get its
