@@ -55,7 +55,11 @@
 // requests at once). The writes that queued while the lock was held run
 // together when it is free, in one transaction: one commit and one fsync
 // for all of them (group commit), each caller getting its own
-// statement's outcome. A lone write runs on its own, with no BEGIN. Reads take no lock: in WAL mode they run beside
+// statement's outcome. A lone write runs on its own, with no BEGIN. A
+// caller whose context ends while its write waits for the lock withdraws
+// the write and returns the context's error; once the write runs, the
+// caller waits for its batch to commit (at most 30 s), so that it never
+// reports a failure for a write that committed. Reads take no lock: in WAL mode they run beside
 // the writer and see the last commit. A claim reads first and writes only
 // when the key is free or takeable:
 //
