@@ -190,3 +190,36 @@ func median(d []time.Duration) time.Duration {
 	slices.Sort(d)
 	return d[len(d)/2]
 }
+
+// BenchmarkRatioExactlyOnce alternates a first request in exactly-once
+// mode, whose handler inserts a row through the request's transaction,
+// with the same bare INSERT on its own, and reports the ratio of the
+// medians: what making that write exactly-once costs.
+func BenchmarkRatioExactlyOnce(b *testing.B) {
+	s, _ := benchSQLite(b)
+	e, err := idem.New(s.ExactlyOnce(), idem.WithLogger(quietLog))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := Tx(r.Context())
+		key := r.Header.Get("Idempotency-Key")
+		if _, err := tx.ExecContext(r.Context(), `INSERT INTO bare (k, v) VALUES (?, ?)`, []byte("tx-"+key), benchResp); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		benchHandler(w, r)
+	}))
+	var tFirst, tInsert []time.Duration
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		key := "k" + strconv.Itoa(i)
+		start := time.Now()
+		bareInsert(b, s.db, key)
+		tInsert = append(tInsert, time.Since(start))
+		start = time.Now()
+		post(b, h, key)
+		tFirst = append(tFirst, time.Since(start))
+	}
+	b.ReportMetric(float64(median(tFirst))/float64(median(tInsert)), "first/insert")
+}
