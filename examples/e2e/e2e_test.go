@@ -396,6 +396,8 @@ func reachableMySQL(t *testing.T) string {
 func storeArgs(t *testing.T, store string) []string {
 	t.Helper()
 	switch store {
+	case "sqlite":
+		return []string{"-store", "sqlite", "-sqlite-path", filepath.Join(t.TempDir(), "idem.db"), "-sqlite-table", "e2e_" + randomName()}
 	case "dynamodb":
 		u := reachable(t, "IDEM_TEST_DYNAMODB_URL", dynamoDefault)
 		table := "e2e_" + randomName()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
 
 // TestExactlyOnceOrders runs the orders examples with -exactly-once: the
@@ -18,7 +19,7 @@ import (
 // payment on a missing order leave exactly the rows they report.
 func TestExactlyOnceOrders(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ store, example string }{{"postgres", "chi"}, {"mysql", "gin"}} {
+	for _, tc := range []struct{ store, example string }{{"postgres", "chi"}, {"mysql", "gin"}, {"sqlite", "echo"}} {
 		t.Run(tc.store, func(t *testing.T) {
 			t.Parallel()
 			args := storeArgs(t, tc.store)
@@ -77,8 +78,8 @@ func rowCounter(t *testing.T, store, addr, table string) func(suffix, where stri
 		defer cancel()
 		var n int
 		q := "SELECT count(*) FROM " + table + suffix + " WHERE " + where
-		if store == "mysql" {
-			db, err := sql.Open("mysql", addr)
+		if store == "mysql" || store == "sqlite" {
+			db, err := sql.Open(store, addr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,3 +104,23 @@ func rowCounter(t *testing.T, store, addr, table string) func(suffix, where stri
 // quote is a string literal in the store's SQL (test data only: letters,
 // digits and dashes).
 func quote(_ string, s string) string { return "'" + s + "'" }
+
+// TestSQLiteSurvivesRestart: records kept with -store sqlite survive the
+// process: killed after answering, restarted on the same file, the
+// example replays the answer instead of running the request again.
+func TestSQLiteSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	args := storeArgs(t, "sqlite")
+	p := start(t, "chi", args...)
+	order := `{"item":"lamp","quantity":1}`
+	first := call(t, "POST", p.url+"/orders", "restart-1", order)
+	if first.code != 201 {
+		t.Fatalf("first: %d %q", first.code, first.body)
+	}
+	p.kill() // SIGKILL: no shutdown, nothing flushed on the way out
+	q := start(t, "chi", args...)
+	retry := call(t, "POST", q.url+"/orders", "restart-1", order)
+	if !retry.replayed() || retry.body != first.body {
+		t.Errorf("after a restart: %d %q replayed=%v, want the replay of %q", retry.code, retry.body, retry.replayed(), first.body)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	mysqlstore "github.com/idemkit/idem/stores/mysql"
 	pgxstore "github.com/idemkit/idem/stores/pgx"
 	redisstore "github.com/idemkit/idem/stores/redis"
+	sqlitestore "github.com/idemkit/idem/stores/sqlite"
 )
 
 // StoreFlags choose and address the store of an example program. Each
@@ -41,10 +42,13 @@ type StoreFlags struct {
 	MySQLTable  string
 	DynamoURL   string
 	DynamoTable string
-	ExactlyOnce bool // postgres, mysql and dynamodb: the engine gets store.ExactlyOnce()
+	SQLitePath  string
+	SQLiteTable string
+	ExactlyOnce bool // postgres, mysql, sqlite and dynamodb: the engine gets store.ExactlyOnce()
 
 	pool *pgxpool.Pool // set by Open for postgres
 	db   *sql.DB       // set by Open for mysql
+	lite *sql.DB       // set by Open for sqlite
 }
 
 // Register adds -store, -redis-url, -redis-prefix, -postgres-url,
@@ -53,7 +57,7 @@ type StoreFlags struct {
 // $IDEM_REDIS_URL, $IDEM_POSTGRES_URL and $IDEM_MYSQL_DSN, then to the
 // local servers.
 func (f *StoreFlags) Register(fs *flag.FlagSet, program string) {
-	fs.StringVar(&f.Kind, "store", "memory", "idempotency store: memory, redis, postgres, mysql or dynamodb; a shared store that does not answer at start-up stops the program (exit 1), one that fails later answers 503 until it is back")
+	fs.StringVar(&f.Kind, "store", "memory", "idempotency store: memory, redis, postgres, mysql, sqlite or dynamodb; a shared store that does not answer at start-up stops the program (exit 1), one that fails later answers 503 until it is back")
 	fs.StringVar(&f.RedisURL, "redis-url", envOr("IDEM_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (-store redis; default $IDEM_REDIS_URL, else the local server)")
 	fs.StringVar(&f.RedisPrefix, "redis-prefix", "idem:"+program+":", "prefix of the Redis keys (-store redis)")
 	fs.StringVar(&f.PostgresURL, "postgres-url", envOr("IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL (-store postgres; default $IDEM_POSTGRES_URL, else the local server)")
@@ -62,7 +66,9 @@ func (f *StoreFlags) Register(fs *flag.FlagSet, program string) {
 	fs.StringVar(&f.MySQLTable, "mysql-table", "idem_"+program, "MySQL table of the records (-store mysql)")
 	fs.StringVar(&f.DynamoURL, "dynamodb-url", envOr("IDEM_DYNAMODB_URL", ""), "DynamoDB endpoint, e.g. http://127.0.0.1:8000 for dynalite (-store dynamodb; default $IDEM_DYNAMODB_URL, else AWS as the environment configures it)")
 	fs.StringVar(&f.DynamoTable, "dynamodb-table", "idem_"+program, "DynamoDB table of the records, created when missing (-store dynamodb)")
-	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "run each claimed request in a transaction that commits with its record (-store postgres, mysql or dynamodb)")
+	fs.StringVar(&f.SQLitePath, "sqlite-path", "idem_"+program+".db", "SQLite database file, created if missing (-store sqlite)")
+	fs.StringVar(&f.SQLiteTable, "sqlite-table", "idem_"+program, "SQLite table of the records (-store sqlite)")
+	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "run each claimed request in a transaction that commits with its record (-store postgres, mysql, sqlite or dynamodb)")
 }
 
 // String names the store for the start-up line: its kind and where it is
@@ -85,6 +91,8 @@ func (f *StoreFlags) String() string {
 		if cfg, err := mysql.ParseDSN(f.MySQLDSN); err == nil {
 			return "mysql " + cfg.Addr + "/" + cfg.DBName + " table " + f.MySQLTable + mode
 		}
+	case "sqlite":
+		return "sqlite " + f.SQLitePath + " table " + f.SQLiteTable + mode
 	case "dynamodb":
 		where := "AWS"
 		if u, err := url.Parse(f.DynamoURL); err == nil && u.Host != "" {
@@ -98,12 +106,12 @@ func (f *StoreFlags) String() string {
 // Validate reports a bad flag value.
 func (f *StoreFlags) Validate() error {
 	switch f.Kind {
-	case "memory", "redis", "postgres", "mysql", "dynamodb":
+	case "memory", "redis", "postgres", "mysql", "sqlite", "dynamodb":
 	default:
-		return fmt.Errorf("-store %q: want memory, redis, postgres, mysql or dynamodb", f.Kind)
+		return fmt.Errorf("-store %q: want memory, redis, postgres, mysql, sqlite or dynamodb", f.Kind)
 	}
-	if f.ExactlyOnce && f.Kind != "postgres" && f.Kind != "mysql" && f.Kind != "dynamodb" {
-		return errors.New("-exactly-once needs -store postgres, mysql or dynamodb")
+	if f.ExactlyOnce && (f.Kind == "memory" || f.Kind == "redis") {
+		return errors.New("-exactly-once needs -store postgres, mysql, sqlite or dynamodb")
 	}
 	return nil
 }
@@ -194,6 +202,29 @@ func (f *StoreFlags) Open(ctx context.Context) (idem.Store, func(), error) {
 			return s.ExactlyOnce(), func() { s.Close(); db.Close() }, nil
 		}
 		return s, func() { s.Close(); db.Close() }, nil
+	case "sqlite":
+		db, err := sqlitestore.Open(f.SQLitePath)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-sqlite-path: %w", err)
+		}
+		s, err := sqlitestore.New(db, sqlitestore.WithTable(f.SQLiteTable))
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = s.CreateSchema(sctx)
+		cancel()
+		if err != nil {
+			s.Close()
+			db.Close()
+			return nil, nil, fmt.Errorf("-sqlite-path: creating the SQLite table %s in %s: %w", f.SQLiteTable, f.SQLitePath, err)
+		}
+		f.lite = db
+		if f.ExactlyOnce {
+			return s.ExactlyOnce(), func() { s.Close(); db.Close() }, nil
+		}
+		return s, func() { s.Close(); db.Close() }, nil
 	case "dynamodb":
 		return f.openDynamo(ctx)
 	}
@@ -262,8 +293,9 @@ func Fatal(err error, usage bool) {
 }
 
 // Orders returns where the orders examples keep their orders and
-// payments. With -exactly-once, in tables named for the store's table
-// (idem_chi_orders and idem_chi_payments beside idem_chi), written
+// payments. With -exactly-once on PostgreSQL, MySQL or SQLite, in tables
+// named for the store's table (idem_chi_orders and idem_chi_payments
+// beside idem_chi), written
 // through each request's transaction: an order and its stored answer
 // commit together or not at all. Otherwise in memory. Call it after Open.
 func (f *StoreFlags) Orders(ctx context.Context) (orders.Repo, error) {
@@ -283,6 +315,12 @@ func (f *StoreFlags) Orders(ctx context.Context) (orders.Repo, error) {
 		r, err := ordersql.NewMySQL(ctx, f.db, f.MySQLTable)
 		if err != nil {
 			return nil, fmt.Errorf("-mysql-dsn: %w", err)
+		}
+		return r, nil
+	case f.lite != nil:
+		r, err := ordersql.NewSQLite(ctx, f.lite, f.SQLiteTable)
+		if err != nil {
+			return nil, fmt.Errorf("-sqlite-path: %w", err)
 		}
 		return r, nil
 	}

@@ -1,6 +1,6 @@
-// Package ordersql keeps the examples' orders and payments in PostgreSQL
-// or MySQL, written through the request's transaction in exactly-once
-// mode (pgxstore.Tx, mysqlstore.Tx): an order and the stored answer that
+// Package ordersql keeps the examples' orders and payments in PostgreSQL,
+// MySQL or SQLite, written through the request's transaction in
+// exactly-once mode (pgxstore.Tx, mysqlstore.Tx, sqlitestore.Tx): an order and the stored answer that
 // reports it commit together or not at all. Outside a keyed request
 // (reads) it uses the pool.
 package ordersql
@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem/examples/internal/orders"
 	mysqlstore "github.com/idemkit/idem/stores/mysql"
 	pgxstore "github.com/idemkit/idem/stores/pgx"
+	sqlitestore "github.com/idemkit/idem/stores/sqlite"
 )
 
 // Postgres is an orders.Repo on PostgreSQL tables PREFIX_orders and
@@ -120,30 +121,50 @@ func (p *Postgres) AddPayment(ctx context.Context, orderID string, amount float6
 	return orders.Payment{ID: "pay_" + strconv.FormatInt(id, 10), OrderID: orderID, Amount: amount, CreatedAt: now}, err
 }
 
-// MySQL is an orders.Repo on MySQL tables PREFIX_orders and
-// PREFIX_payments.
-type MySQL struct {
+// SQL is an orders.Repo on MySQL or SQLite tables PREFIX_orders and
+// PREFIX_payments (database/sql).
+type SQL struct {
 	db               *sql.DB
+	tx               func(context.Context) *sql.Tx // the request's, or nil
+	lock             string                        // locks the order a payment names
 	orders, payments string
 }
 
-// NewMySQL returns a MySQL on db, creating its tables when they do not
-// exist. prefix must be a plain SQL identifier.
-func NewMySQL(ctx context.Context, db *sql.DB, prefix string) (*MySQL, error) {
-	m := &MySQL{db: db, orders: prefix + "_orders", payments: prefix + "_payments"}
-	for _, ddl := range []string{
-		"CREATE TABLE IF NOT EXISTS " + m.orders + " (id BIGINT AUTO_INCREMENT PRIMARY KEY, item VARCHAR(255) NOT NULL, quantity INT NOT NULL, created_us BIGINT NOT NULL) ENGINE=InnoDB",
-		"CREATE TABLE IF NOT EXISTS " + m.payments + " (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_id BIGINT NOT NULL, amount DOUBLE NOT NULL, created_us BIGINT NOT NULL, FOREIGN KEY (order_id) REFERENCES " + m.orders + " (id)) ENGINE=InnoDB",
-	} {
-		if _, err := db.ExecContext(ctx, ddl); err != nil {
-			return nil, fmt.Errorf("creating tables %s and %s: %w", m.orders, m.payments, err)
-		}
-	}
-	return m, nil
+// NewMySQL returns a SQL on MySQL db, writing through mysqlstore.Tx, and
+// creates its tables when they do not exist. prefix must be a plain SQL
+// identifier.
+func NewMySQL(ctx context.Context, db *sql.DB, prefix string) (*SQL, error) {
+	m := &SQL{db: db, tx: mysqlstore.Tx, lock: " FOR UPDATE", orders: prefix + "_orders", payments: prefix + "_payments"}
+	return m, m.create(ctx,
+		"CREATE TABLE IF NOT EXISTS "+m.orders+" (id BIGINT AUTO_INCREMENT PRIMARY KEY, item VARCHAR(255) NOT NULL, quantity INT NOT NULL, created_us BIGINT NOT NULL) ENGINE=InnoDB",
+		"CREATE TABLE IF NOT EXISTS "+m.payments+" (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_id BIGINT NOT NULL, amount DOUBLE NOT NULL, created_us BIGINT NOT NULL, FOREIGN KEY (order_id) REFERENCES "+m.orders+" (id)) ENGINE=InnoDB")
 }
 
-// Tables names the MySQL's tables.
-func (m *MySQL) Tables() (orders, payments string) { return m.orders, m.payments }
+// NewSQLite returns a SQL on SQLite db, writing through sqlitestore.Tx,
+// and creates its tables when they do not exist. SQLite has one writer,
+// so nothing needs locking.
+func NewSQLite(ctx context.Context, db *sql.DB, prefix string) (*SQL, error) {
+	tx := func(ctx context.Context) *sql.Tx {
+		t, _ := sqlitestore.Tx(ctx)
+		return t
+	}
+	m := &SQL{db: db, tx: tx, orders: prefix + "_orders", payments: prefix + "_payments"}
+	return m, m.create(ctx,
+		"CREATE TABLE IF NOT EXISTS "+m.orders+" (id INTEGER PRIMARY KEY AUTOINCREMENT, item TEXT NOT NULL, quantity INTEGER NOT NULL, created_us INTEGER NOT NULL)",
+		"CREATE TABLE IF NOT EXISTS "+m.payments+" (id INTEGER PRIMARY KEY AUTOINCREMENT, order_id INTEGER NOT NULL REFERENCES "+m.orders+" (id), amount REAL NOT NULL, created_us INTEGER NOT NULL)")
+}
+
+func (m *SQL) create(ctx context.Context, ddl ...string) error {
+	for _, q := range ddl {
+		if _, err := m.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("creating tables %s and %s: %w", m.orders, m.payments, err)
+		}
+	}
+	return nil
+}
+
+// Tables names the SQL's tables.
+func (m *SQL) Tables() (orders, payments string) { return m.orders, m.payments }
 
 type sqlDB interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -152,14 +173,14 @@ type sqlDB interface {
 }
 
 // conn is the request's transaction when there is one, else the pool.
-func (m *MySQL) conn(ctx context.Context) sqlDB {
-	if tx := mysqlstore.Tx(ctx); tx != nil {
+func (m *SQL) conn(ctx context.Context) sqlDB {
+	if tx := m.tx(ctx); tx != nil {
 		return tx
 	}
 	return m.db
 }
 
-func (m *MySQL) CreateOrder(ctx context.Context, item string, quantity int, now time.Time) (orders.Order, error) {
+func (m *SQL) CreateOrder(ctx context.Context, item string, quantity int, now time.Time) (orders.Order, error) {
 	res, err := m.conn(ctx).ExecContext(ctx, "INSERT INTO "+m.orders+" (item, quantity, created_us) VALUES (?, ?, ?)", item, quantity, now.UnixMicro())
 	if err != nil {
 		return orders.Order{}, err
@@ -168,7 +189,7 @@ func (m *MySQL) CreateOrder(ctx context.Context, item string, quantity int, now 
 	return orders.Order{ID: "ord_" + strconv.FormatInt(id, 10), Item: item, Quantity: quantity, CreatedAt: now}, err
 }
 
-func (m *MySQL) ListOrders(ctx context.Context) ([]orders.Order, error) {
+func (m *SQL) ListOrders(ctx context.Context) ([]orders.Order, error) {
 	rows, err := m.conn(ctx).QueryContext(ctx, "SELECT id, item, quantity, created_us FROM "+m.orders+" ORDER BY id")
 	if err != nil {
 		return nil, err
@@ -187,7 +208,7 @@ func (m *MySQL) ListOrders(ctx context.Context) ([]orders.Order, error) {
 	return out, rows.Err()
 }
 
-func (m *MySQL) GetOrder(ctx context.Context, id string) (orders.Order, error) {
+func (m *SQL) GetOrder(ctx context.Context, id string) (orders.Order, error) {
 	n, ok := parseID(id)
 	if !ok {
 		return orders.Order{}, orders.ErrNotFound
@@ -202,7 +223,7 @@ func (m *MySQL) GetOrder(ctx context.Context, id string) (orders.Order, error) {
 	return o, err
 }
 
-func (m *MySQL) AddPayment(ctx context.Context, orderID string, amount float64, now time.Time) (orders.Payment, error) {
+func (m *SQL) AddPayment(ctx context.Context, orderID string, amount float64, now time.Time) (orders.Payment, error) {
 	n, ok := parseID(orderID)
 	if !ok {
 		return orders.Payment{}, orders.ErrNotFound
@@ -211,7 +232,7 @@ func (m *MySQL) AddPayment(ctx context.Context, orderID string, amount float64, 
 	var one int
 	// The order row is locked until the payment commits, so it cannot
 	// vanish under it.
-	err := db.QueryRowContext(ctx, "SELECT 1 FROM "+m.orders+" WHERE id = ? FOR UPDATE", n).Scan(&one)
+	err := db.QueryRowContext(ctx, "SELECT 1 FROM "+m.orders+" WHERE id = ?"+m.lock, n).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return orders.Payment{}, orders.ErrNotFound
 	}
