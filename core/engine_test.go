@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -659,5 +660,33 @@ func TestBadRouteOptionsPanic(t *testing.T) {
 			}()
 			declare()
 		})
+	}
+}
+
+func TestRouteRules(t *testing.T) {
+	got := RouteRules(
+		ForRoute("post", "/orders", Skip()),
+		Required(),
+		nil,
+		ForRoute("PATCH", "/orders/{id}", TTL(time.Hour)),
+		ForRoute("POST", "/orders", Optional()),
+	)
+	want := []RouteRule{{"POST", "/orders"}, {"PATCH", "/orders/{id}"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("RouteRules = %v, want %v", got, want)
+	}
+	if got := RouteRules(Required()); len(got) != 0 {
+		t.Errorf("RouteRules without ForRoute = %v", got)
+	}
+}
+
+func TestCheckRoutes(t *testing.T) {
+	routes := []RouteRule{{"POST", "/orders"}, {"get", "/orders/{id}"}}
+	if err := CheckRoutes(routes, ForRoute("POST", "/orders", Skip()), ForRoute("GET", "/orders/{id}", Skip())); err != nil {
+		t.Errorf("routes the router has: %v", err)
+	}
+	err := CheckRoutes(routes, ForRoute("POST", "/oders", Skip()), ForRoute("PUT", "/orders", Skip()))
+	if !errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), "POST /oders, PUT /orders") {
+		t.Errorf("a typo and a method the route lacks: %v", err)
 	}
 }

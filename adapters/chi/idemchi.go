@@ -57,3 +57,24 @@ func withMethod(r *http.Request, m string) *http.Request {
 	r.Method = m
 	return r
 }
+
+// CheckRoutes returns an error wrapping idem.ErrBadOption when an
+// idem.ForRoute rule in opts names a route r does not have (a typo would
+// leave the real route on the default policy), as chi.Walk lists them.
+// Call it once the routes are declared, with the options given to
+// Middleware:
+//
+//	if err := idemchi.CheckRoutes(r, opts...); err != nil {
+//		log.Fatal(err)
+//	}
+func CheckRoutes(r chi.Routes, opts ...idem.RouteOption) error {
+	var routes []idem.RouteRule
+	err := chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		routes = append(routes, idem.RouteRule{Method: method, Route: route})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return idem.CheckRoutes(routes, opts...)
+}

@@ -125,3 +125,19 @@ func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.Echo().HTTPErrorHandler(c, err) // the error page is what gets captured
 	}
 }
+
+// CheckRoutes returns an error wrapping idem.ErrBadOption when an
+// idem.ForRoute rule in opts names a route e does not have (a typo would
+// leave the real route on the default policy). Call it once the routes
+// are declared, with the options given to Middleware:
+//
+//	if err := idemechov5.CheckRoutes(e, opts...); err != nil {
+//		log.Fatal(err)
+//	}
+func CheckRoutes(e *echo.Echo, opts ...idem.RouteOption) error {
+	var routes []idem.RouteRule
+	for _, r := range e.Router().Routes() {
+		routes = append(routes, idem.RouteRule{Method: r.Method, Route: r.Path})
+	}
+	return idem.CheckRoutes(routes, opts...)
+}

@@ -52,3 +52,19 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) gin.HandlerFunc {
 		}
 	}
 }
+
+// CheckRoutes returns an error wrapping idem.ErrBadOption when an
+// idem.ForRoute rule in opts names a route router does not have (a typo
+// would leave the real route on the default policy). Call it once the
+// routes are declared, with the options given to Middleware:
+//
+//	if err := idemgin.CheckRoutes(router, opts...); err != nil {
+//		log.Fatal(err)
+//	}
+func CheckRoutes(router *gin.Engine, opts ...idem.RouteOption) error {
+	var routes []idem.RouteRule
+	for _, r := range router.Routes() {
+		routes = append(routes, idem.RouteRule{Method: r.Method, Route: r.Path})
+	}
+	return idem.CheckRoutes(routes, opts...)
+}
