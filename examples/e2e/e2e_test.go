@@ -564,7 +564,7 @@ func TestSharedStores(t *testing.T) {
 // replayed, concurrent duplicates run once, and a 5xx releases the key.
 func TestExactlyOnce(t *testing.T) {
 	t.Parallel() // it mostly waits (leases, timeouts): with the others at once
-	for _, store := range []string{"postgres", "mysql"} {
+	for _, store := range []string{"postgres", "mysql", "sqlite", "dynamodb"} {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
 			args := append(storeArgs(t, store), "-exactly-once")
