@@ -1,0 +1,580 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// This file is a JSON parser and an RFC 8785 (JCS) serializer, for
+// WithJSONFingerprint and WithKeyField (jsonfp.go).
+
+// ErrInvalidJSON is wrapped by the errors CanonicalJSON returns, and is
+// the reason of the engine's invalid-json answer.
+var ErrInvalidJSON = errors.New("idem: invalid JSON")
+
+// MaxJSONDepth is how deeply objects and arrays may nest in a body that
+// CanonicalJSON, WithJSONFingerprint or WithKeyField reads; a deeper one
+// is invalid.
+const MaxJSONDepth = 1000
+
+// CanonicalJSON returns the RFC 8785 (JCS) canonical form of the JSON
+// text b: object members sorted by the UTF-16 code units of their names,
+// no whitespace, strings with only the escapes JCS requires, numbers as
+// ECMAScript's Number.prototype.toString writes the nearest IEEE 754
+// double (1.0, 1 and 1e0 are all 1; 1E30 is 1e+30; an integer beyond 2^53
+// becomes its nearest double, so 9007199254740993 is 9007199254740992).
+//
+// b must be one I-JSON (RFC 7493) value: valid UTF-8, no unpaired
+// surrogate escapes, no duplicate member names in an object (after
+// unescaping), no number beyond the double range, nesting at most
+// MaxJSONDepth deep. Otherwise CanonicalJSON returns an error wrapping
+// ErrInvalidJSON that says what is wrong and at which byte offset.
+func CanonicalJSON(b []byte) ([]byte, error) {
+	v, err := parseJSON(b)
+	if err != nil {
+		return nil, err
+	}
+	return appendCanonical(nil, &v), nil
+}
+
+type jkind uint8
+
+const (
+	jNull jkind = iota
+	jFalse
+	jTrue
+	jNumber // s holds the canonical number text
+	jString // s holds the decoded string
+	jArray
+	jObject // obj sorted by name, in UTF-16 code unit order
+	jGone   // removed by Ignore: written as if absent
+)
+
+// jvalue is a parsed JSON value.
+type jvalue struct {
+	kind jkind
+	s    string
+	arr  []jvalue
+	obj  []jmember
+}
+
+type jmember struct {
+	name string
+	val  jvalue
+}
+
+type jparser struct {
+	b     []byte
+	i     int
+	depth int
+	buf   []byte // scratch for strings with escapes
+}
+
+func parseJSON(b []byte) (jvalue, error) {
+	p := jparser{b: b}
+	p.ws()
+	v, err := p.value()
+	if err != nil {
+		return jvalue{}, err
+	}
+	p.ws()
+	if p.i < len(b) {
+		return jvalue{}, p.fail("unexpected %s after the value", p.what())
+	}
+	return v, nil
+}
+
+func (p *jparser) fail(format string, args ...any) error {
+	return fmt.Errorf("%w at byte %d: "+format, append([]any{ErrInvalidJSON, p.i}, args...)...)
+}
+
+// what names the byte at p.i for an error.
+func (p *jparser) what() string {
+	if p.i >= len(p.b) {
+		return "end of input"
+	}
+	if c := p.b[p.i]; c >= 0x20 && c < 0x7f {
+		return strconv.QuoteRune(rune(c))
+	}
+	return fmt.Sprintf("byte 0x%02x", p.b[p.i])
+}
+
+func (p *jparser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jparser) value() (jvalue, error) {
+	if p.i >= len(p.b) {
+		return jvalue{}, p.fail("unexpected end of input, want a value")
+	}
+	switch c := p.b[p.i]; {
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		s, err := p.str()
+		return jvalue{kind: jString, s: s}, err
+	case c == '-' || ('0' <= c && c <= '9'):
+		return p.number()
+	case p.literal("null"):
+		return jvalue{kind: jNull}, nil
+	case p.literal("true"):
+		return jvalue{kind: jTrue}, nil
+	case p.literal("false"):
+		return jvalue{kind: jFalse}, nil
+	}
+	return jvalue{}, p.fail("unexpected %s, want a value", p.what())
+}
+
+func (p *jparser) literal(lit string) bool {
+	if len(p.b)-p.i >= len(lit) && string(p.b[p.i:p.i+len(lit)]) == lit {
+		p.i += len(lit)
+		return true
+	}
+	return false
+}
+
+func (p *jparser) enter() error {
+	p.depth++
+	if p.depth > MaxJSONDepth {
+		return p.fail("nested deeper than %d levels", MaxJSONDepth)
+	}
+	p.i++
+	p.ws()
+	return nil
+}
+
+func (p *jparser) array() (jvalue, error) {
+	if err := p.enter(); err != nil {
+		return jvalue{}, err
+	}
+	v := jvalue{kind: jArray}
+	if p.i < len(p.b) && p.b[p.i] == ']' {
+		p.i++
+		p.depth--
+		return v, nil
+	}
+	for {
+		e, err := p.value()
+		if err != nil {
+			return jvalue{}, err
+		}
+		v.arr = append(v.arr, e)
+		p.ws()
+		if p.i < len(p.b) && p.b[p.i] == ',' {
+			p.i++
+			p.ws()
+			continue
+		}
+		if p.i < len(p.b) && p.b[p.i] == ']' {
+			p.i++
+			p.depth--
+			return v, nil
+		}
+		return jvalue{}, p.fail("unexpected %s in an array, want ',' or ']'", p.what())
+	}
+}
+
+func (p *jparser) object() (jvalue, error) {
+	start := p.i
+	if err := p.enter(); err != nil {
+		return jvalue{}, err
+	}
+	v := jvalue{kind: jObject}
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		p.depth--
+		return v, nil
+	}
+	for {
+		if p.i >= len(p.b) || p.b[p.i] != '"' {
+			return jvalue{}, p.fail("unexpected %s in an object, want a member name", p.what())
+		}
+		name, err := p.str()
+		if err != nil {
+			return jvalue{}, err
+		}
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] != ':' {
+			return jvalue{}, p.fail("unexpected %s after a member name, want ':'", p.what())
+		}
+		p.i++
+		p.ws()
+		e, err := p.value()
+		if err != nil {
+			return jvalue{}, err
+		}
+		v.obj = append(v.obj, jmember{name, e})
+		p.ws()
+		if p.i < len(p.b) && p.b[p.i] == ',' {
+			p.i++
+			p.ws()
+			continue
+		}
+		if p.i < len(p.b) && p.b[p.i] == '}' {
+			p.i++
+			p.depth--
+			break
+		}
+		return jvalue{}, p.fail("unexpected %s in an object, want ',' or '}'", p.what())
+	}
+	slices.SortStableFunc(v.obj, func(a, b jmember) int { return compareUTF16(a.name, b.name) })
+	for k := 1; k < len(v.obj); k++ {
+		if v.obj[k].name == v.obj[k-1].name {
+			p.i = start
+			return jvalue{}, p.fail("the object has the member name %q twice", v.obj[k].name)
+		}
+	}
+	return v, nil
+}
+
+// number parses a number by the JSON grammar and keeps its JCS form.
+func (p *jparser) number() (jvalue, error) {
+	start := p.i
+	b := p.b
+	if b[p.i] == '-' {
+		p.i++
+	}
+	switch {
+	case p.i < len(b) && b[p.i] == '0':
+		p.i++
+	case p.i < len(b) && '1' <= b[p.i] && b[p.i] <= '9':
+		p.digits()
+	default:
+		return jvalue{}, p.fail("unexpected %s in a number, want a digit", p.what())
+	}
+	if p.i < len(b) && b[p.i] == '.' {
+		p.i++
+		if p.digits() == 0 {
+			return jvalue{}, p.fail("unexpected %s after a decimal point, want a digit", p.what())
+		}
+	}
+	if p.i < len(b) && (b[p.i] == 'e' || b[p.i] == 'E') {
+		p.i++
+		if p.i < len(b) && (b[p.i] == '+' || b[p.i] == '-') {
+			p.i++
+		}
+		if p.digits() == 0 {
+			return jvalue{}, p.fail("unexpected %s in an exponent, want a digit", p.what())
+		}
+	}
+	f, err := strconv.ParseFloat(string(b[start:p.i]), 64)
+	if err != nil || math.IsInf(f, 0) {
+		p.i = start
+		return jvalue{}, p.fail("the number %s is beyond the range of a double", b[start:min(len(b), start+40)])
+	}
+	return jvalue{kind: jNumber, s: string(appendES(nil, f))}, nil
+}
+
+func (p *jparser) digits() int {
+	n := 0
+	for p.i < len(p.b) && '0' <= p.b[p.i] && p.b[p.i] <= '9' {
+		p.i++
+		n++
+	}
+	return n
+}
+
+// str parses a string starting at its opening quote and returns it
+// decoded. It rejects invalid UTF-8, raw control characters and unpaired
+// surrogate escapes (RFC 7493, section 2.1).
+func (p *jparser) str() (string, error) {
+	p.i++
+	start := p.i
+	b := p.b
+	for p.i < len(b) {
+		c := b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			return string(b[start : p.i-1]), nil
+		case c == '\\':
+			p.buf = append(p.buf[:0], b[start:p.i]...)
+			return p.escaped()
+		case c < 0x20:
+			return "", p.fail("the control character 0x%02x in a string must be escaped", c)
+		case c < utf8.RuneSelf:
+			p.i++
+		default:
+			r, n := utf8.DecodeRune(b[p.i:])
+			if r == utf8.RuneError && n == 1 {
+				return "", p.fail("a string holds invalid UTF-8")
+			}
+			p.i += n
+		}
+	}
+	return "", p.fail("a string has no closing quote")
+}
+
+// escaped continues str from the first backslash, decoding into p.buf.
+func (p *jparser) escaped() (string, error) {
+	b := p.b
+	for p.i < len(b) {
+		c := b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			return string(p.buf), nil
+		case c == '\\':
+			if err := p.escape(); err != nil {
+				return "", err
+			}
+		case c < 0x20:
+			return "", p.fail("the control character 0x%02x in a string must be escaped", c)
+		case c < utf8.RuneSelf:
+			p.buf = append(p.buf, c)
+			p.i++
+		default:
+			r, n := utf8.DecodeRune(b[p.i:])
+			if r == utf8.RuneError && n == 1 {
+				return "", p.fail("a string holds invalid UTF-8")
+			}
+			p.buf = append(p.buf, b[p.i:p.i+n]...)
+			p.i += n
+		}
+	}
+	return "", p.fail("a string has no closing quote")
+}
+
+// escape decodes the escape at p.i (a backslash) into p.buf.
+func (p *jparser) escape() error {
+	if p.i+1 >= len(p.b) {
+		return p.fail("a string has no closing quote")
+	}
+	c := p.b[p.i+1]
+	if i := indexByte(`"\/bfnrt`, c); i >= 0 {
+		p.buf = append(p.buf, "\"\\/\b\f\n\r\t"[i])
+		p.i += 2
+		return nil
+	}
+	if c != 'u' {
+		return p.fail("the escape \\%c is not valid JSON", c)
+	}
+	r, ok := p.hex4(p.i + 2)
+	if !ok {
+		return p.fail("the escape \\u needs four hex digits")
+	}
+	p.i += 6
+	if utf16.IsSurrogate(r) {
+		r2, ok := rune(-1), false
+		if r < 0xdc00 && p.i+1 < len(p.b) && p.b[p.i] == '\\' && p.b[p.i+1] == 'u' {
+			r2, ok = p.hex4(p.i + 2)
+		}
+		if !ok || r2 < 0xdc00 || r2 > 0xdfff {
+			p.i -= 6
+			return p.fail("the escape \\u%04x is half of a surrogate pair without its other half", r)
+		}
+		p.i += 6
+		r = utf16.DecodeRune(r, r2)
+	}
+	p.buf = utf8.AppendRune(p.buf, r)
+	return nil
+}
+
+func (p *jparser) hex4(at int) (rune, bool) {
+	if at+4 > len(p.b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range p.b[at : at+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// compareUTF16 orders valid UTF-8 strings as their UTF-16 code units
+// would sort (RFC 8785, section 3.2.3): code point order, except that
+// characters beyond U+FFFF (surrogate pairs) sort before U+E000..U+FFFF.
+func compareUTF16(a, b string) int {
+	for a != "" && b != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			return int(utf16Key(ra)) - int(utf16Key(rb))
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return len(a) - len(b)
+}
+
+// utf16Key maps a code point to a value whose order is its UTF-16 code
+// units' order: a supplementary character sorts by its high surrogate
+// (then by its low one), below U+E000.
+func utf16Key(r rune) rune {
+	if r < 0x10000 {
+		return r << 10
+	}
+	hi, lo := utf16.EncodeRune(r)
+	return hi<<10 | (lo - 0xdc00)
+}
+
+// appendCanonical appends the JCS form of v.
+func appendCanonical(dst []byte, v *jvalue) []byte {
+	switch v.kind {
+	case jNull:
+		return append(dst, "null"...)
+	case jFalse:
+		return append(dst, "false"...)
+	case jTrue:
+		return append(dst, "true"...)
+	case jNumber:
+		return append(dst, v.s...)
+	case jString:
+		return appendJCSString(dst, v.s)
+	case jArray:
+		dst = append(dst, '[')
+		first := true
+		for i := range v.arr {
+			if v.arr[i].kind == jGone {
+				continue
+			}
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = appendCanonical(dst, &v.arr[i])
+		}
+		return append(dst, ']')
+	case jObject:
+		dst = append(dst, '{')
+		first := true
+		for i := range v.obj {
+			m := &v.obj[i]
+			if m.val.kind == jGone {
+				continue
+			}
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = appendJCSString(dst, m.name)
+			dst = append(dst, ':')
+			dst = appendCanonical(dst, &m.val)
+		}
+		return append(dst, '}')
+	}
+	return dst
+}
+
+// appendJCSString appends s quoted as RFC 8785, section 3.2.2.2 says: only
+// '"', '\' and the control characters escaped, the latter as \b, \t, \n,
+// \f, \r or \u00xx in lowercase hex; everything else as it is.
+func appendJCSString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// appendES appends the finite double f as ECMAScript's
+// Number.prototype.toString writes it (ECMA-262, Number::toString): the
+// shortest digits that round-trip, in plain notation when the decimal
+// exponent is from -6 to 20, and otherwise as d.ddde±x.
+func appendES(dst []byte, f float64) []byte {
+	if f == 0 {
+		return append(dst, '0') // and -0
+	}
+	if f < 0 {
+		dst = append(dst, '-')
+		f = -f
+	}
+	var tmp [32]byte
+	e := strconv.AppendFloat(tmp[:0], f, 'e', -1, 64) // d[.ddd]e±xx
+	var digits [24]byte
+	k := 0
+	i := 0
+	for ; e[i] != 'e'; i++ {
+		if e[i] != '.' {
+			digits[k] = e[i]
+			k++
+		}
+	}
+	x, _ := strconv.Atoi(string(e[i+1:]))
+	n := x + 1 // the value is 0.digits × 10^n
+	d := digits[:k]
+	switch {
+	case k <= n && n <= 21:
+		dst = append(dst, d...)
+		for range n - k {
+			dst = append(dst, '0')
+		}
+	case 0 < n && n <= 21:
+		dst = append(dst, d[:n]...)
+		dst = append(dst, '.')
+		dst = append(dst, d[n:]...)
+	case -6 < n && n <= 0:
+		dst = append(dst, '0', '.')
+		for range -n {
+			dst = append(dst, '0')
+		}
+		dst = append(dst, d...)
+	default:
+		dst = append(dst, d[0])
+		if k > 1 {
+			dst = append(dst, '.')
+			dst = append(dst, d[1:]...)
+		}
+		dst = append(dst, 'e')
+		if n-1 >= 0 {
+			dst = append(dst, '+')
+		}
+		dst = strconv.AppendInt(dst, int64(n-1), 10)
+	}
+	return dst
+}
