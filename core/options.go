@@ -63,6 +63,8 @@ type config struct {
 	namespace          func(*http.Request) string
 	requireNamespace   bool
 	fingerprint        func(r *http.Request, body []byte) string
+	jsonFP             *jsonConfig // WithJSONFingerprint
+	keyField           string      // WithKeyField
 	release            func(status int) bool
 	observer           Observer
 	storeObserver      StoreObserver
@@ -339,7 +341,8 @@ func WithRequiredNamespace() Option {
 	return func(c *config) error { c.requireNamespace = true; return nil }
 }
 
-// WithFingerprint replaces the request fingerprint. fn gets the request and
+// WithFingerprint replaces the request fingerprint (see also
+// WithJSONFingerprint, which New refuses together with it). fn gets the request and
 // its body (already read; r.Body must not be read). Default: [Fingerprint]
 // of the method, r.URL.RequestURI() and the body. The host is not part of
 // it: a retry may reach the service by another address (another instance,
@@ -349,6 +352,9 @@ func WithFingerprint(fn func(r *http.Request, body []byte) string) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return badOption("nil fingerprint function")
+		}
+		if c.jsonFP != nil {
+			return badOption("WithFingerprint and WithJSONFingerprint both given; choose one")
 		}
 		c.fingerprint = fn
 		return nil
