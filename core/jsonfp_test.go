@@ -238,3 +238,155 @@ func FuzzJSONPointer(f *testing.F) {
 		}
 	})
 }
+
+func TestKeyField(t *testing.T) {
+	for _, tc := range []struct {
+		name, header, body string
+		optional           bool
+		code               int
+		problem            string
+		detail             string
+	}{
+		{"field", "", `{"request_id":"r-1","amount":5}`, false, 201, "", ""},
+		{"field with spaces", "", `{"request_id":"r 1"}`, false, 201, "", ""},
+		{"header wins", "h-1", `{"request_id":"r-1"}`, false, 201, "", ""},
+		{"header wins over a bad field", "h-1", `{"request_id":7}`, false, 201, "", ""},
+		{"absent, required", "", `{"amount":5}`, false, 400, "missing-key", `\"request_id\" string member`},
+		{"nested is not top-level", "", `{"meta":{"request_id":"r-1"}}`, false, 400, "missing-key", ""},
+		{"array body", "", `[{"request_id":"r-1"}]`, false, 400, "missing-key", ""},
+		{"empty body", "", ``, false, 400, "missing-key", ""},
+		{"absent, optional", "", `{"amount":5}`, true, 201, "", ""},
+		{"number", "", `{"request_id":12}`, false, 400, "invalid-key", "is a number; send the key as a string"},
+		{"null", "", `{"request_id":null}`, true, 400, "invalid-key", "is null"},
+		{"object", "", `{"request_id":{}}`, false, 400, "invalid-key", "is an object"},
+		{"empty string", "", `{"request_id":""}`, false, 400, "invalid-key", "is empty"},
+		{"too long", "", `{"request_id":"` + strings.Repeat("k", MaxKeyLength+1) + `"}`, false, 400, "invalid-key", "256 characters long"},
+		{"not ASCII", "", `{"request_id":"caf\u00e9"}`, false, 400, "invalid-key", "0xc3 at position 4"},
+		{"control character", "", `{"request_id":"a\nb"}`, false, 400, "invalid-key", "0x0a at position 2"},
+		{"invalid JSON", "", `{"request_id":"r-1",}`, false, 400, "invalid-json", ""},
+		{"invalid JSON, optional", "", `request_id=r-1`, true, 400, "invalid-json", ""},
+		{"duplicate field", "", `{"request_id":"a","request_id":"b"}`, false, 400, "invalid-json", "twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestStore()
+			opts := []Option{WithKeyField("request_id")}
+			if tc.optional {
+				opts = append(opts, WithOptionalKey())
+			}
+			e, _ := newEngine(t, s, opts...)
+			runs := 0
+			h := e.Middleware()(jsonHandler(&runs))
+			w := post(h, "/orders", tc.header, tc.body)
+			if w.Code != tc.code || (tc.problem != "" && problemType(t, w) != tc.problem) || !strings.Contains(w.Body.String(), tc.detail) {
+				t.Fatalf("%d %q, want %d %s saying %q", w.Code, w.Body, tc.code, tc.problem, tc.detail)
+			}
+			if tc.code != 201 {
+				if runs != 0 || s.count("claim") != 0 {
+					t.Errorf("refused request: %d runs, %d claims", runs, s.count("claim"))
+				}
+				return
+			}
+			if w.Body.String() != tc.body {
+				t.Errorf("the handler got %q, want the body sent", w.Body)
+			}
+			// A retry replays when protected, runs again when not.
+			w = post(h, "/orders", tc.header, tc.body)
+			protected := !tc.optional
+			if replayed := w.Header().Get(DefaultReplayHeader) == "true"; replayed != protected || runs != map[bool]int{true: 1, false: 2}[protected] {
+				t.Errorf("retry: replayed %v, %d runs; protected %v", replayed, runs, protected)
+			}
+		})
+	}
+}
+
+// TestKeyFieldSameKeyAsHeader: a key sent in the body and then in the
+// header is one key.
+func TestKeyFieldSameKeyAsHeader(t *testing.T) {
+	e, _ := newEngine(t, newTestStore(), WithKeyField("request_id"), WithJSONFingerprint())
+	runs := 0
+	h := e.Middleware()(jsonHandler(&runs))
+	body := `{"request_id":"r-1","amount":5}`
+	if w := post(h, "/orders", "", body); w.Code != 201 {
+		t.Fatalf("first: %d %q", w.Code, w.Body)
+	}
+	if w := post(h, "/orders", "r-1", `{"amount":5, "request_id":"r-1"}`); w.Header().Get(DefaultReplayHeader) != "true" {
+		t.Errorf("header retry: %d %q", w.Code, w.Body)
+	}
+	if w := post(h, "/orders", "", `{"request_id":"r-1","amount":6}`); w.Code != 422 {
+		t.Errorf("same key, another amount: %d, want 422", w.Code)
+	}
+	if runs != 1 {
+		t.Errorf("%d runs", runs)
+	}
+}
+
+// TestKeyFieldRouteOptions: Required and Optional route options decide
+// what a body without the field gets, as for a request without header.
+func TestKeyFieldRouteOptions(t *testing.T) {
+	e, _ := newEngine(t, newTestStore(), WithKeyField("request_id"), WithOptionalKey())
+	runs := 0
+	required := e.Middleware(Required())(jsonHandler(&runs))
+	optional := e.Middleware()(jsonHandler(&runs))
+	if w := post(required, "/a", "", `{}`); w.Code != 400 {
+		t.Errorf("Required route: %d, want 400", w.Code)
+	}
+	if w := post(optional, "/a", "", `{}`); w.Code != 201 {
+		t.Errorf("optional route: %d, want 201", w.Code)
+	}
+	if w := post(required, "/a", "", `{"request_id":"x"}`); w.Code != 201 {
+		t.Errorf("Required route with the field: %d", w.Code)
+	}
+}
+
+func TestKeyFieldBodyCap(t *testing.T) {
+	e, _ := newEngine(t, newTestStore(), WithKeyField("request_id"), WithMaxRequestBody(16))
+	runs := 0
+	w := post(e.Middleware()(jsonHandler(&runs)), "/a", "", `{"request_id":"r-1","pad":"......"}`)
+	if w.Code != 413 || runs != 0 {
+		t.Errorf("%d, %d runs; want 413", w.Code, runs)
+	}
+}
+
+// TestJSONFingerprintOverHTTP runs the net/http middleware on a real
+// server: a retry whose JSON differs only in spelling and in an ignored
+// field replays; another amount is a 422.
+func TestJSONFingerprintOverHTTP(t *testing.T) {
+	e, _ := newEngine(t, newTestStore(), WithKeyField("request_id"), WithJSONFingerprint(Ignore("/sent_at")))
+	runs := 0
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", jsonHandler(&runs))
+	srv := httptest.NewServer(e.Middleware()(mux))
+	defer srv.Close()
+	send := func(key, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/payments", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	first := `{"request_id":"pay-1","amount":1.50,"sent_at":"2026-12-01T10:00:00Z"}`
+	if resp, body := send("", first); resp.StatusCode != 201 || body != first {
+		t.Fatalf("first: %d %q", resp.StatusCode, body)
+	}
+	resp, body := send("", "{\n  \"sent_at\": \"2026-12-01T10:00:05Z\",\n  \"amount\": 1.5,\n  \"request_id\": \"pay-1\"\n}")
+	if resp.StatusCode != 201 || resp.Header.Get(DefaultReplayHeader) != "true" || body != first {
+		t.Errorf("retry: %d %v %q", resp.StatusCode, resp.Header, body)
+	}
+	if resp, body := send("pay-1", `{"request_id":"pay-1","amount":2}`); resp.StatusCode != 422 {
+		t.Errorf("another amount: %d %q", resp.StatusCode, body)
+	}
+	if resp, body := send("pay-2", `{"amount":`); resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("invalid JSON: %d %q", resp.StatusCode, body)
+	}
+	if runs != 1 {
+		t.Errorf("%d runs", runs)
+	}
+}
