@@ -1,11 +1,13 @@
 package idem
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -35,10 +37,11 @@ const MaxJSONDepth = 1000
 // MaxJSONDepth deep. Otherwise CanonicalJSON returns an error wrapping
 // ErrInvalidJSON that says what is wrong and at which byte offset.
 func CanonicalJSON(b []byte) ([]byte, error) {
-	v, err := parseJSON(b)
+	v, p, err := parseJSON(b)
 	if err != nil {
 		return nil, err
 	}
+	defer p.release()
 	return appendCanonical(nil, &v), nil
 }
 
@@ -55,16 +58,16 @@ const (
 	jGone   // removed by Ignore: written as if absent
 )
 
-// jvalue is a parsed JSON value.
+// jvalue is a parsed JSON value. Its bytes alias the parsed text where
+// they can (a string without escapes, a number already canonical).
 type jvalue struct {
 	kind jkind
-	s    string
-	arr  []jvalue
-	obj  []jmember
+	s    []byte    // a string's decoded bytes, a number's canonical text
+	kids []jmember // an array's elements (no names) or an object's members
 }
 
 type jmember struct {
-	name string
+	name []byte
 	val  jvalue
 }
 
@@ -72,21 +75,74 @@ type jparser struct {
 	b     []byte
 	i     int
 	depth int
-	buf   []byte // scratch for strings with escapes
+	buf   []byte    // scratch for strings with escapes
+	stack []jmember // the elements of the containers being parsed
+	arena []jmember // where finished containers take their elements from
+	strs  []byte    // where strings with escapes are decoded to
 }
 
-func parseJSON(b []byte) (jvalue, error) {
-	p := jparser{b: b}
+// parsers are reused, so that parsing a body allocates next to nothing.
+var parsers = sync.Pool{New: func() any { return new(jparser) }}
+
+// release returns p to the pool; the values it parsed must no longer be
+// used.
+func (p *jparser) release() {
+	if cap(p.arena) > 1<<16 || cap(p.strs) > 1<<20 {
+		return
+	}
+	clear(p.arena)
+	p.b, p.arena, p.strs = nil, p.arena[:0], p.strs[:0]
+	parsers.Put(p)
+}
+
+// keep moves the string p.buf decoded into p.strs and returns it.
+func (p *jparser) keep() []byte {
+	n := len(p.buf)
+	if cap(p.strs)-len(p.strs) < n {
+		p.strs = make([]byte, 0, max(n, 2*cap(p.strs), 256))
+	}
+	start := len(p.strs)
+	p.strs = append(p.strs, p.buf...)
+	return p.strs[start : start+n : start+n]
+}
+
+// finish moves the elements pushed on the stack since base into the
+// arena and returns them.
+func (p *jparser) finish(base int) []jmember {
+	n := len(p.stack) - base
+	if n == 0 {
+		return nil
+	}
+	if cap(p.arena)-len(p.arena) < n {
+		p.arena = make([]jmember, 0, max(n, 2*cap(p.arena), 32))
+	}
+	kids := append(p.arena[len(p.arena):len(p.arena):len(p.arena)+n], p.stack[base:]...)
+	p.arena = p.arena[:len(p.arena)+n]
+	clear(p.stack[base:])
+	p.stack = p.stack[:base]
+	return kids
+}
+
+// parseJSON parses b. The value lives in memory of the parser it
+// returns: call its release method once the value is no longer used.
+func parseJSON(b []byte) (jvalue, *jparser, error) {
+	p := parsers.Get().(*jparser)
+	p.b, p.i, p.depth = b, 0, 0
+	p.stack = p.stack[:0]
 	p.ws()
 	v, err := p.value()
+	if err == nil {
+		p.ws()
+		if p.i < len(b) {
+			err = p.fail("unexpected %s after the value", p.what())
+		}
+	}
 	if err != nil {
-		return jvalue{}, err
+		clear(p.stack)
+		p.release()
+		return jvalue{}, nil, err
 	}
-	p.ws()
-	if p.i < len(b) {
-		return jvalue{}, p.fail("unexpected %s after the value", p.what())
-	}
-	return v, nil
+	return v, p, nil
 }
 
 func (p *jparser) fail(format string, args ...any) error {
@@ -167,12 +223,13 @@ func (p *jparser) array() (jvalue, error) {
 		p.depth--
 		return v, nil
 	}
+	base := len(p.stack)
 	for {
 		e, err := p.value()
 		if err != nil {
 			return jvalue{}, err
 		}
-		v.arr = append(v.arr, e)
+		p.stack = append(p.stack, jmember{val: e})
 		p.ws()
 		if p.i < len(p.b) && p.b[p.i] == ',' {
 			p.i++
@@ -182,6 +239,7 @@ func (p *jparser) array() (jvalue, error) {
 		if p.i < len(p.b) && p.b[p.i] == ']' {
 			p.i++
 			p.depth--
+			v.kids = p.finish(base)
 			return v, nil
 		}
 		return jvalue{}, p.fail("unexpected %s in an array, want ',' or ']'", p.what())
@@ -199,6 +257,7 @@ func (p *jparser) object() (jvalue, error) {
 		p.depth--
 		return v, nil
 	}
+	base := len(p.stack)
 	for {
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
 			return jvalue{}, p.fail("unexpected %s in an object, want a member name", p.what())
@@ -217,7 +276,7 @@ func (p *jparser) object() (jvalue, error) {
 		if err != nil {
 			return jvalue{}, err
 		}
-		v.obj = append(v.obj, jmember{name, e})
+		p.stack = append(p.stack, jmember{name, e})
 		p.ws()
 		if p.i < len(p.b) && p.b[p.i] == ',' {
 			p.i++
@@ -231,11 +290,12 @@ func (p *jparser) object() (jvalue, error) {
 		}
 		return jvalue{}, p.fail("unexpected %s in an object, want ',' or '}'", p.what())
 	}
-	slices.SortStableFunc(v.obj, func(a, b jmember) int { return compareUTF16(a.name, b.name) })
-	for k := 1; k < len(v.obj); k++ {
-		if v.obj[k].name == v.obj[k-1].name {
+	v.kids = p.finish(base)
+	slices.SortFunc(v.kids, func(a, b jmember) int { return compareUTF16(a.name, b.name) })
+	for k := 1; k < len(v.kids); k++ {
+		if bytes.Equal(v.kids[k].name, v.kids[k-1].name) {
 			p.i = start
-			return jvalue{}, p.fail("the object has the member name %q twice", v.obj[k].name)
+			return jvalue{}, p.fail("the object has the member name %q twice", v.kids[k].name)
 		}
 	}
 	return v, nil
@@ -271,12 +331,39 @@ func (p *jparser) number() (jvalue, error) {
 			return jvalue{}, p.fail("unexpected %s in an exponent, want a digit", p.what())
 		}
 	}
-	f, err := strconv.ParseFloat(string(b[start:p.i]), 64)
+	lit := b[start:p.i]
+	if plainInt(lit) {
+		return jvalue{kind: jNumber, s: lit}, nil
+	}
+	f, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil || math.IsInf(f, 0) {
 		p.i = start
 		return jvalue{}, p.fail("the number %s is beyond the range of a double", b[start:min(len(b), start+40)])
 	}
-	return jvalue{kind: jNumber, s: string(appendES(nil, f))}, nil
+	if cap(p.strs)-len(p.strs) < 32 { // appendES writes at most 25 bytes
+		p.strs = make([]byte, 0, max(2*cap(p.strs), 256))
+	}
+	start = len(p.strs)
+	p.strs = appendES(p.strs, f)
+	return jvalue{kind: jNumber, s: p.strs[start:len(p.strs):len(p.strs)]}, nil
+}
+
+// plainInt reports whether the number literal n is already in its JCS
+// form: an integer of at most 15 digits (below 2^53, so exact), not -0.
+func plainInt(n []byte) bool {
+	d := n
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || len(d) > 15 || (len(d) == 1 && d[0] == '0' && len(n) == 2) {
+		return false
+	}
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *jparser) digits() int {
@@ -291,7 +378,7 @@ func (p *jparser) digits() int {
 // str parses a string starting at its opening quote and returns it
 // decoded. It rejects invalid UTF-8, raw control characters and unpaired
 // surrogate escapes (RFC 7493, section 2.1).
-func (p *jparser) str() (string, error) {
+func (p *jparser) str() ([]byte, error) {
 	p.i++
 	start := p.i
 	b := p.b
@@ -300,53 +387,53 @@ func (p *jparser) str() (string, error) {
 		switch {
 		case c == '"':
 			p.i++
-			return string(b[start : p.i-1]), nil
+			return b[start : p.i-1 : p.i-1], nil
 		case c == '\\':
 			p.buf = append(p.buf[:0], b[start:p.i]...)
 			return p.escaped()
 		case c < 0x20:
-			return "", p.fail("the control character 0x%02x in a string must be escaped", c)
+			return nil, p.fail("the control character 0x%02x in a string must be escaped", c)
 		case c < utf8.RuneSelf:
 			p.i++
 		default:
 			r, n := utf8.DecodeRune(b[p.i:])
 			if r == utf8.RuneError && n == 1 {
-				return "", p.fail("a string holds invalid UTF-8")
+				return nil, p.fail("a string holds invalid UTF-8")
 			}
 			p.i += n
 		}
 	}
-	return "", p.fail("a string has no closing quote")
+	return nil, p.fail("a string has no closing quote")
 }
 
 // escaped continues str from the first backslash, decoding into p.buf.
-func (p *jparser) escaped() (string, error) {
+func (p *jparser) escaped() ([]byte, error) {
 	b := p.b
 	for p.i < len(b) {
 		c := b[p.i]
 		switch {
 		case c == '"':
 			p.i++
-			return string(p.buf), nil
+			return p.keep(), nil
 		case c == '\\':
 			if err := p.escape(); err != nil {
-				return "", err
+				return nil, err
 			}
 		case c < 0x20:
-			return "", p.fail("the control character 0x%02x in a string must be escaped", c)
+			return nil, p.fail("the control character 0x%02x in a string must be escaped", c)
 		case c < utf8.RuneSelf:
 			p.buf = append(p.buf, c)
 			p.i++
 		default:
 			r, n := utf8.DecodeRune(b[p.i:])
 			if r == utf8.RuneError && n == 1 {
-				return "", p.fail("a string holds invalid UTF-8")
+				return nil, p.fail("a string holds invalid UTF-8")
 			}
 			p.buf = append(p.buf, b[p.i:p.i+n]...)
 			p.i += n
 		}
 	}
-	return "", p.fail("a string has no closing quote")
+	return nil, p.fail("a string has no closing quote")
 }
 
 // escape decodes the escape at p.i (a backslash) into p.buf.
@@ -416,10 +503,14 @@ func indexByte(s string, c byte) int {
 // compareUTF16 orders valid UTF-8 strings as their UTF-16 code units
 // would sort (RFC 8785, section 3.2.3): code point order, except that
 // characters beyond U+FFFF (surrogate pairs) sort before U+E000..U+FFFF.
-func compareUTF16(a, b string) int {
-	for a != "" && b != "" {
-		ra, na := utf8.DecodeRuneInString(a)
-		rb, nb := utf8.DecodeRuneInString(b)
+func compareUTF16(a, b []byte) int {
+	for len(a) > 0 && len(b) > 0 {
+		if a[0] == b[0] && a[0] < utf8.RuneSelf {
+			a, b = a[1:], b[1:]
+			continue
+		}
+		ra, na := utf8.DecodeRune(a)
+		rb, nb := utf8.DecodeRune(b)
 		if ra != rb {
 			return int(utf16Key(ra)) - int(utf16Key(rb))
 		}
@@ -452,25 +543,15 @@ func appendCanonical(dst []byte, v *jvalue) []byte {
 		return append(dst, v.s...)
 	case jString:
 		return appendJCSString(dst, v.s)
-	case jArray:
-		dst = append(dst, '[')
-		first := true
-		for i := range v.arr {
-			if v.arr[i].kind == jGone {
-				continue
-			}
-			if !first {
-				dst = append(dst, ',')
-			}
-			first = false
-			dst = appendCanonical(dst, &v.arr[i])
+	case jArray, jObject:
+		open, end := byte('['), byte(']')
+		if v.kind == jObject {
+			open, end = '{', '}'
 		}
-		return append(dst, ']')
-	case jObject:
-		dst = append(dst, '{')
+		dst = append(dst, open)
 		first := true
-		for i := range v.obj {
-			m := &v.obj[i]
+		for i := range v.kids {
+			m := &v.kids[i]
 			if m.val.kind == jGone {
 				continue
 			}
@@ -478,11 +559,13 @@ func appendCanonical(dst []byte, v *jvalue) []byte {
 				dst = append(dst, ',')
 			}
 			first = false
-			dst = appendJCSString(dst, m.name)
-			dst = append(dst, ':')
+			if v.kind == jObject {
+				dst = appendJCSString(dst, m.name)
+				dst = append(dst, ':')
+			}
 			dst = appendCanonical(dst, &m.val)
 		}
-		return append(dst, '}')
+		return append(dst, end)
 	}
 	return dst
 }
@@ -490,7 +573,7 @@ func appendCanonical(dst []byte, v *jvalue) []byte {
 // appendJCSString appends s quoted as RFC 8785, section 3.2.2.2 says: only
 // '"', '\' and the control characters escaped, the latter as \b, \t, \n,
 // \f, \r or \u00xx in lowercase hex; everything else as it is.
-func appendJCSString(dst []byte, s string) []byte {
+func appendJCSString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0

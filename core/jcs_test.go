@@ -157,7 +157,7 @@ func TestCompareUTF16(t *testing.T) {
 		{"\u00f6", "\u20ac", true},
 		{"😀", "😁", true},
 	} {
-		if got := compareUTF16(tc.a, tc.b) < 0; got != tc.less {
+		if got := compareUTF16([]byte(tc.a), []byte(tc.b)) < 0; got != tc.less {
 			t.Errorf("compareUTF16(%q, %q) < 0 = %v", tc.a, tc.b, got)
 		}
 	}

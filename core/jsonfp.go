@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -202,17 +203,17 @@ func (p *jsonPointer) lookup(v *jvalue) *jvalue {
 	for _, tok := range p.tokens {
 		switch v.kind {
 		case jObject:
-			i, ok := slices.BinarySearchFunc(v.obj, tok, func(m jmember, t string) int { return compareUTF16(m.name, t) })
+			i, ok := slices.BinarySearchFunc(v.kids, []byte(tok), func(m jmember, t []byte) int { return compareUTF16(m.name, t) })
 			if !ok {
 				return nil
 			}
-			v = &v.obj[i].val
+			v = &v.kids[i].val
 		case jArray:
-			i, ok := arrayIndex(tok, len(v.arr))
+			i, ok := arrayIndex(tok, len(v.kids))
 			if !ok {
 				return nil
 			}
-			v = &v.arr[i]
+			v = &v.kids[i].val
 		default:
 			return nil
 		}
@@ -255,26 +256,42 @@ func (jc *jsonConfig) canonical(dst []byte, v *jvalue) []byte {
 
 var canonPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
-// jsonFingerprint is the fingerprint of r with WithJSONFingerprint; doc
-// is the body already parsed, or nil. On invalid JSON it answers 400 and
-// returns false.
-func (x *exchange) jsonFingerprint(body []byte, doc *jvalue) (string, bool) {
+// fingerprint returns the fingerprint of r with WithJSONFingerprint; doc
+// is its body already parsed, or nil. It fails on invalid JSON.
+func (jc *jsonConfig) fingerprint(r *http.Request, body []byte, doc *jvalue) (string, error) {
 	if len(body) == 0 {
-		return fingerprintRequest(x.r, nil), true
+		return fingerprintRequest(r, nil), nil
 	}
 	if doc == nil {
-		v, err := parseJSON(body)
+		v, p, err := parseJSON(body)
 		if err != nil {
-			x.invalidJSON(err)
-			return "", false
+			return "", err
 		}
+		defer p.release()
 		doc = &v
 	}
 	bp := canonPool.Get().(*[]byte)
-	*bp = x.p.e.cfg.jsonFP.canonical((*bp)[:0], doc)
-	fp := fingerprintRequest(x.r, *bp)
-	if cap(*bp) <= 64<<10 {
+	*bp = jc.canonical((*bp)[:0], doc)
+	fp := fingerprintRequest(r, *bp)
+	if cap(*bp) <= 2<<20 {
 		canonPool.Put(bp)
+	}
+	return fp, nil
+}
+
+// jsonFingerprint is Serve's fingerprint with WithJSONFingerprint; doc is
+// the body parsed by keyFromBody, or nil, and is released. On
+// invalid JSON it answers 400 and returns false.
+func (x *exchange) jsonFingerprint(body []byte, doc *jsonDoc) (string, bool) {
+	var v *jvalue
+	if doc != nil {
+		v = &doc.v
+		defer doc.release()
+	}
+	fp, err := x.p.e.cfg.jsonFP.fingerprint(x.r, body, v)
+	if err != nil {
+		x.invalidJSON(err)
+		return "", false
 	}
 	return fp, true
 }
@@ -288,39 +305,58 @@ func (x *exchange) invalidJSON(err error) {
 // returns the parsed body for the fingerprint. When there is no usable
 // key it answers the request (400, or runs it unprotected where the key
 // is optional) and returns false.
-func (x *exchange) keyFromBody(body []byte) (string, *jvalue, bool) {
+func (x *exchange) keyFromBody(body []byte) (string, *jsonDoc, bool) {
 	e := x.p.e
 	name := e.cfg.keyField
-	var doc *jvalue
+	var doc *jsonDoc
 	var field *jvalue
 	if len(body) > 0 {
-		v, err := parseJSON(body)
+		v, p, err := parseJSON(body)
 		if err != nil {
 			x.invalidJSON(err)
 			return "", nil, false
 		}
-		doc = &v
+		doc = &jsonDoc{v, p}
 		if v.kind == jObject {
-			p := jsonPointer{tokens: []string{name}}
-			field = p.lookup(doc)
+			ptr := jsonPointer{tokens: []string{name}}
+			field = ptr.lookup(&doc.v)
 		}
 	}
-	if field == nil {
-		if !x.p.required {
-			x.skip()
-			return "", nil, false
-		}
+	key, err := "", error(nil)
+	if field != nil {
+		key, err = checkFieldKey(name, field) // a copy: doc may go
+	}
+	if e.cfg.jsonFP == nil || field == nil || err != nil {
+		doc.release()
+		doc = nil
+	}
+	switch {
+	case field == nil && !x.p.required:
+		x.skip()
+		return "", nil, false
+	case field == nil:
 		x.fail(OutcomeMissingKey, problemMissingKey, "Send an "+e.cfg.keyHeader+" header, or a "+
 			strconv.Quote(name)+" string member in the JSON body, with a unique key, such as a UUID.")
 		return "", nil, false
-	}
-	key, err := checkFieldKey(name, field)
-	if err != nil {
+	case err != nil:
 		x.f.ev.Err = err
 		x.fail(OutcomeInvalidKey, problemInvalidKey, sentence(strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": ")))
 		return "", nil, false
 	}
 	return key, doc, true
+}
+
+// jsonDoc is a body parsed as JSON, kept from the key field to the
+// fingerprint.
+type jsonDoc struct {
+	v jvalue
+	p *jparser
+}
+
+func (d *jsonDoc) release() {
+	if d != nil {
+		d.p.release()
+	}
 }
 
 // checkFieldKey checks the key a body's key field holds, as ParseKey
@@ -330,7 +366,7 @@ func checkFieldKey(name string, v *jvalue) (string, error) {
 		kind := [...]string{jNull: "null", jFalse: "a boolean", jTrue: "a boolean", jNumber: "a number", jArray: "an array", jObject: "an object"}[v.kind]
 		return "", invalidKey("the body's %q member is %s; send the key as a string", name, kind)
 	}
-	k := v.s
+	k := string(v.s)
 	if k == "" {
 		return "", invalidKey("the body's %q member is empty; send 1 to %d characters, such as a UUID", name, MaxKeyLength)
 	}

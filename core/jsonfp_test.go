@@ -175,7 +175,7 @@ func TestParsePointer(t *testing.T) {
 			t.Errorf("parsePointer(%q) = %q, %v; want %q", tc.in, p.tokens, err, tc.want)
 		}
 	}
-	doc, _ := parseJSON([]byte(`{"a":[10,{"b":"x"}],"":{"":1},"a/b":2,"m~n":3,"01":4}`))
+	doc, _, _ := parseJSON([]byte(`{"a":[10,{"b":"x"}],"":{"":1},"a/b":2,"m~n":3,"01":4}`))
 	for _, tc := range []struct{ ptr, want string }{
 		{"/a/0", "10"},
 		{"/a/1/b", `"x"`},
@@ -220,7 +220,7 @@ func FuzzJSONPointer(f *testing.F) {
 		if b.String() != ptr {
 			t.Fatalf("pointer %q parsed to %q, which escapes back to %q", ptr, p.tokens, b.String())
 		}
-		v, err := parseJSON(doc)
+		v, _, err := parseJSON(doc)
 		if err != nil {
 			return
 		}

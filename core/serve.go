@@ -83,7 +83,7 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	x.body.Reset(body)
 	r.Body = &x.body
 	r.ContentLength = int64(len(body))
-	var doc *jvalue // the body parsed as JSON, when it was
+	var doc *jsonDoc // the body parsed as JSON, when it was
 	if fromBody {
 		if key, doc, fromBody = x.keyFromBody(body); !fromBody {
 			return // answered
