@@ -35,7 +35,7 @@ const MaxJSONDepth = 1000
 // surrogate escapes, no duplicate member names in an object (after
 // unescaping), no number beyond the double range, nesting at most
 // MaxJSONDepth deep. Otherwise CanonicalJSON returns an error wrapping
-// ErrInvalidJSON that says what is wrong and at which byte offset.
+// ErrInvalidJSON that says what is wrong and at which byte offset (counted from 0).
 func CanonicalJSON(b []byte) ([]byte, error) {
 	v, p, err := parseJSON(b)
 	if err != nil {
@@ -146,7 +146,7 @@ func parseJSON(b []byte) (jvalue, *jparser, error) {
 }
 
 func (p *jparser) fail(format string, args ...any) error {
-	return fmt.Errorf("%w at byte %d: "+format, append([]any{ErrInvalidJSON, p.i}, args...)...)
+	return fmt.Errorf("%w at offset %d: "+format, append([]any{ErrInvalidJSON, p.i}, args...)...)
 }
 
 // what names the byte at p.i for an error.
@@ -295,7 +295,7 @@ func (p *jparser) object() (jvalue, error) {
 	for k := 1; k < len(v.kids); k++ {
 		if bytes.Equal(v.kids[k].name, v.kids[k-1].name) {
 			p.i = start
-			return jvalue{}, p.fail("the object has the member name %q twice", v.kids[k].name)
+			return jvalue{}, p.fail("the object starting there has the member name %q twice", v.kids[k].name)
 		}
 	}
 	return v, nil
