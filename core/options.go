@@ -341,9 +341,9 @@ func WithRequiredNamespace() Option {
 	return func(c *config) error { c.requireNamespace = true; return nil }
 }
 
-// WithFingerprint replaces the request fingerprint (see also
-// WithJSONFingerprint, which New refuses together with it). fn gets the request and
-// its body (already read; r.Body must not be read). Default: [Fingerprint]
+// WithFingerprint replaces the request fingerprint. fn gets the request and
+// its body (already read; r.Body must not be read). New refuses it
+// together with WithJSONFingerprint. Default: [Fingerprint]
 // of the method, r.URL.RequestURI() and the body. The host is not part of
 // it: a retry may reach the service by another address (another instance,
 // a client-side load balancer). A service that serves different clients

@@ -85,7 +85,8 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	r.ContentLength = int64(len(body))
 	var doc *jsonDoc // the body parsed as JSON, when it was
 	if fromBody {
-		if key, doc, fromBody = x.keyFromBody(body); !fromBody {
+		var ok bool
+		if key, doc, ok = x.keyFromBody(body); !ok {
 			return // answered
 		}
 		f.key, f.ev.key = key, key
