@@ -3,6 +3,7 @@ package idem
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -388,5 +389,38 @@ func TestJSONFingerprintOverHTTP(t *testing.T) {
 	}
 	if runs != 1 {
 		t.Errorf("%d runs", runs)
+	}
+}
+
+// TestJSONFingerprintConcurrent runs requests in parallel, so that -race
+// and the checks see parsers reused from the pool across requests.
+func TestJSONFingerprintConcurrent(t *testing.T) {
+	e, _ := newEngine(t, newTestStore(), WithKeyField("id"), WithJSONFingerprint(Ignore("/ts")))
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(b)
+	}))
+	done := make(chan string, 8)
+	for g := range 8 {
+		go func() {
+			for i := range 50 {
+				body := fmt.Sprintf(`{"id":"k%d-%d","v":"caf\u00e9 %d","n":%d.5,"ts":%d}`, g, i, i, i, g)
+				retry := fmt.Sprintf(`{"ts":%d, "n":%d.50, "v":"café %d", "id":"k%d-%d"}`, g+1, i, i, g, i)
+				if w := post(h, "/", "", body); w.Body.String() != body {
+					done <- fmt.Sprintf("first %s: %d %q", body, w.Code, w.Body)
+					return
+				}
+				if w := post(h, "/", "", retry); w.Body.String() != body || w.Header().Get(DefaultReplayHeader) != "true" {
+					done <- fmt.Sprintf("retry %s: %d %q", retry, w.Code, w.Body)
+					return
+				}
+			}
+			done <- ""
+		}()
+	}
+	for range 8 {
+		if msg := <-done; msg != "" {
+			t.Error(msg)
+		}
 	}
 }
