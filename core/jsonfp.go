@@ -69,7 +69,9 @@ func Ignore(pointers ...string) JSONOption {
 //
 // It replaces WithFingerprint; New fails when both are given, or when a
 // pointer is malformed (an error wrapping ErrBadOption). It applies to
-// HTTP requests, not to Engine.Do. Default: the body's bytes.
+// HTTP requests; an Engine.Do caller fingerprints JSON the same way with
+// Fingerprint(kind, name, canonical), canonical from CanonicalJSON.
+// Default: the body's bytes.
 //
 //	idem.WithJSONFingerprint(idem.Ignore("/sent_at", "/signature"))
 func WithJSONFingerprint(opts ...JSONOption) Option {
@@ -109,9 +111,11 @@ func WithJSONFingerprint(opts ...JSONOption) Option {
 // request without the header does. A body that is not valid JSON (see
 // CanonicalJSON) gets 400 invalid-json, optional key or not.
 //
-// To find the field the engine reads the body first, up to
-// WithMaxRequestBody (413 beyond it), as it does for every protected
-// request anyway, and gives the handler the same bytes. It applies to
+// To find the field the engine reads the body before the claim, up to
+// WithMaxRequestBody (413 beyond it), as it reads the body of every
+// request with a key anyway, and gives the handler the same bytes; so a
+// request without the header on an optional route, which used to pass
+// through unread, now has its body read and checked too. It applies to
 // HTTP requests, not to Engine.Do. Default: the key comes only from the
 // header.
 func WithKeyField(name string) Option {
