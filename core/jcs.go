@@ -384,6 +384,10 @@ func (p *jparser) str() ([]byte, error) {
 	b := p.b
 	for p.i < len(b) {
 		c := b[p.i]
+		if plainASCII[c] {
+			p.i++
+			continue
+		}
 		switch {
 		case c == '"':
 			p.i++
@@ -405,6 +409,15 @@ func (p *jparser) str() ([]byte, error) {
 	}
 	return nil, p.fail("a string has no closing quote")
 }
+
+// plainASCII marks the bytes a string holds as they are, in JSON text
+// and in JCS: printable ASCII but '"' and '\'.
+var plainASCII = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // escaped continues str from the first backslash, decoding into p.buf.
 func (p *jparser) escaped() ([]byte, error) {

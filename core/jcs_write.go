@@ -87,7 +87,7 @@ func appendJCSString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
+		if plainASCII[c] || c >= 0x80 {
 			continue
 		}
 		dst = append(dst, s[start:i]...)
