@@ -257,6 +257,7 @@ func TestKeyField(t *testing.T) {
 		{"field with spaces", "", `{"request_id":"r 1"}`, false, 201, "", ""},
 		{"header wins", "h-1", `{"request_id":"r-1"}`, false, 201, "", ""},
 		{"header wins over a bad field", "h-1", `{"request_id":7}`, false, 201, "", ""},
+		{"a bad header is not replaced by the field", "a, b", `{"request_id":"r-1"}`, false, 400, "invalid-key", "list of keys"},
 		{"absent, required", "", `{"amount":5}`, false, 400, "missing-key", `\"request_id\" string member`},
 		{"nested is not top-level", "", `{"meta":{"request_id":"r-1"}}`, false, 400, "missing-key", ""},
 		{"array body", "", `[{"request_id":"r-1"}]`, false, 400, "missing-key", ""},
