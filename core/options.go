@@ -63,6 +63,8 @@ type config struct {
 	namespace          func(*http.Request) string
 	requireNamespace   bool
 	fingerprint        func(r *http.Request, body []byte) string
+	jsonFP             *jsonConfig // WithJSONFingerprint
+	keyField           string      // WithKeyField
 	release            func(status int) bool
 	observer           Observer
 	storeObserver      StoreObserver
@@ -340,7 +342,8 @@ func WithRequiredNamespace() Option {
 }
 
 // WithFingerprint replaces the request fingerprint. fn gets the request and
-// its body (already read; r.Body must not be read). Default: [Fingerprint]
+// its body (already read; r.Body must not be read). New refuses it
+// together with WithJSONFingerprint. Default: [Fingerprint]
 // of the method, r.URL.RequestURI() and the body. The host is not part of
 // it: a retry may reach the service by another address (another instance,
 // a client-side load balancer). A service that serves different clients
@@ -349,6 +352,9 @@ func WithFingerprint(fn func(r *http.Request, body []byte) string) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return badOption("nil fingerprint function")
+		}
+		if c.jsonFP != nil {
+			return badOption("WithFingerprint and WithJSONFingerprint both given; choose one")
 		}
 		c.fingerprint = fn
 		return nil

@@ -28,6 +28,7 @@ var (
 	problemCanceled       = problemKind{"canceled", 499, "Request canceled"}
 	problemNoNamespace    = problemKind{"namespace-required", http.StatusForbidden, "Client identity required"}
 	problemNotAcceptable  = problemKind{"not-acceptable", http.StatusNotAcceptable, "Stored response not acceptable"}
+	problemInvalidJSON    = problemKind{"invalid-json", http.StatusBadRequest, "Request body is not valid JSON"}
 )
 
 type problemKind struct {

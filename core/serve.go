@@ -53,7 +53,9 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		return
 	}
 	key, err := ParseKey(r.Header[e.cfg.keyHeader])
+	fromBody := e.bodyKey(err) // WithKeyField: the key is in the body
 	switch {
+	case fromBody:
 	case errors.Is(err, ErrMissingKey) && !p.required:
 		x.skip()
 		return
@@ -81,6 +83,14 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	x.body.Reset(body)
 	r.Body = &x.body
 	r.ContentLength = int64(len(body))
+	var doc *jsonDoc // the body parsed as JSON, when it was
+	if fromBody {
+		var ok bool
+		if key, doc, ok = x.keyFromBody(body); !ok {
+			return // answered
+		}
+		f.key, f.ev.key = key, key
+	}
 
 	ns := ""
 	if e.cfg.namespace != nil {
@@ -91,9 +101,15 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		return
 	}
 	f.scope = Scope(ns, r.Method, route)
-	if e.cfg.fingerprint != nil {
+	switch {
+	case e.cfg.fingerprint != nil:
 		f.fp = e.cfg.fingerprint(r, body)
-	} else {
+	case e.cfg.jsonFP != nil:
+		var ok bool
+		if f.fp, ok = x.jsonFingerprint(body, doc); !ok {
+			return // answered 400
+		}
+	default:
 		f.fp = fingerprintRequest(r, body)
 	}
 	f.token = newToken()
