@@ -31,6 +31,9 @@
 //	missing_key (required)   400                        InvalidArgument            (not applicable)
 //	invalid_key              400                        InvalidArgument            ErrInvalidKey
 //	body_too_large           413                        (not applicable)           (not applicable)
+//	body_unreadable, or      400 (invalid-json)         (not applicable)           (not applicable)
+//	invalid JSON under
+//	WithJSONFingerprint
 //	store_failure            503 and Retry-After        Unavailable and RetryInfo  *RetryError, ErrStoreFailure
 //	released                 the 5xx or 429 sent        the error status sent      fn's error
 //	a failed exactly-once    503 and Retry-After        Unavailable and RetryInfo  *RetryError, ErrStoreFailure

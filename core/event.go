@@ -39,7 +39,8 @@ const (
 	// OutcomeBodyTooLarge: the request body exceeds the cap; 413.
 	OutcomeBodyTooLarge Outcome = "body_too_large"
 	// OutcomeBodyUnreadable: the request body could not be read (the
-	// client went away, or sent less than its Content-Length); 400.
+	// client went away, or sent less than its Content-Length; or, with
+	// WithJSONFingerprint or WithKeyField, it is not valid JSON); 400.
 	OutcomeBodyUnreadable Outcome = "body_unreadable"
 	// OutcomeStoreFailure: the store failed or timed out. Fail closed
 	// answers 503; fail open runs the handler unprotected
