@@ -86,6 +86,9 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		ctx := e.storeCall(r.Context(), false)
 		deleted, err := d.Delete(ctx, scope, key)
 		e.endCall(ctx, StoreDelete, err, nil)
+		if err == nil {
+			e.local.forget(scope, key) // this engine's duplicates ask the store again
+		}
 		if err != nil {
 			e.writeProblem(w, problemStore, "Deleting the record failed: "+err.Error(), seconds(e.retryAfter(0)))
 			return

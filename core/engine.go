@@ -17,7 +17,8 @@ type Engine struct {
 	def      *Policy
 	bg       *background
 	beats    beats
-	sclock   *storeClock // nil when the store has no Clock
+	sclock   *storeClock  // nil when the store has no Clock
+	local    localFlights // the keys this engine's requests hold (local.go)
 }
 
 // New returns an Engine that keeps its records in store. Every option

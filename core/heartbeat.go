@@ -117,6 +117,8 @@ func (b *beats) extend(f *flight) {
 	lost := errors.Is(err, ErrLeaseLost)
 	if lost {
 		f.lost.Store(true)
+		// Evicted, or taken over: duplicates here ask the store again.
+		e.local.drop(f)
 	}
 	b.mu.Lock()
 	f.beat.busy = false

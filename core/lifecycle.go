@@ -24,8 +24,9 @@ type flight struct {
 	leaseEnd              atomic.Int64 // the claim's lease end as last set (claim, heartbeat), Unix ns on the engine's clock
 	lost                  atomic.Bool  // a beat found the claim lost
 
-	tx        Tx   // the exactly-once transaction, while it is open
-	completed bool // Complete (not a transaction) stored the record
+	lf        *localFlight // this flight's hold on its key in the process, until it settles
+	tx        Tx           // the exactly-once transaction, while it is open
+	completed bool         // Complete (not a transaction) stored the record
 	pending   *task
 
 	beat beatState // the heartbeat's links and schedule (heartbeat.go)
@@ -79,6 +80,19 @@ func (f *flight) acquire() outcome {
 		f.ev.Outcome = OutcomeConflict
 		return outcome{verdict: inFlight, rec: &Record{State: StateInProgress, Fingerprint: f.fp, LeaseEnd: f.now}}
 	}
+	if o, ok := f.local(); ok {
+		return o
+	}
+	o := f.acquireStore()
+	if o.verdict == acquired {
+		f.e.local.add(f)
+	}
+	return o
+}
+
+// acquireStore is acquire's store part: claim, confirm, or decide from
+// the record that holds the key.
+func (f *flight) acquireStore() outcome {
 	res, err := f.claim()
 	if err != nil {
 		return f.storeFailure(err)
@@ -305,13 +319,22 @@ func (f *flight) settle(resp Response, keep bool) bool {
 		f.ev.Outcome = OutcomeReleased
 		f.rollback()
 		f.release()
+		f.e.local.finish(f, nil)
 		return true
 	case f.lost.Load() && f.tx == nil:
 		f.ev.Outcome, f.ev.Err = OutcomeExecuted, ErrLeaseLost
+		f.e.local.finish(f, nil)
 		return true
 	}
 	f.ev.Outcome = OutcomeExecuted
-	return f.store(resp)
+	stored := f.store(resp)
+	var rec *Record
+	if stored && f.ev.Err == nil && (f.completed || f.tx == nil && f.e.txb != nil) {
+		now := f.e.clockNow()
+		rec = &Record{Fingerprint: f.fp, State: StateCompleted, Response: &resp, CreatedAt: f.now, ExpiresAt: now.Add(f.retention)}
+	}
+	f.e.local.finish(f, rec)
+	return stored
 }
 
 // store completes the record with resp, or commits it with the
@@ -371,6 +394,7 @@ func (f *flight) launch() {
 // the key is released.
 func (f *flight) abort() {
 	f.e.beats.remove(f)
+	defer f.e.local.finish(f, nil)
 	f.ev.Outcome = OutcomeReleased
 	f.rollback()
 	f.pending = nil
@@ -439,6 +463,7 @@ func (f *flight) task(kind taskKind, resp Response) *task {
 
 // end reports the flight's event: the one place a call's event is sent.
 func (f *flight) end() {
+	f.e.local.finish(f, nil) // a path that did not settle: duplicates ask the store
 	f.ev.Total = time.Since(f.start)
 	f.e.cfg.observer(f.ctx, f.ev)
 	f.launch()

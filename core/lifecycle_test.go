@@ -48,19 +48,23 @@ func TestCorruptRecordFailsClosed(t *testing.T) {
 func TestWaitNeverRunsBesideAFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &flakyStore{testStore: newTestStore()}
+		// Two engines on one store, as two processes: the waiter asks the
+		// store (in one engine it would wait on the local flight).
 		e, ev := newEngine(t, fs, WithWait(5*time.Second), WithFailOpen())
+		e2, _ := newEngine(t, fs, WithWait(5*time.Second), WithFailOpen())
 		var inside, most atomic.Int32
-		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := inside.Add(1)
 			most.Store(max(most.Load(), n))
 			time.Sleep(2 * time.Second)
 			inside.Add(-1)
-		}))
+		})
+		h, h2 := e.Middleware()(handler), e2.Middleware()(handler)
 		done := make(chan struct{})
 		go func() { post(h, "/", "k", ""); close(done) }()
 		synctest.Wait()
 		fs.failAfter.Store(2) // the waiter's first look succeeds, its second fails
-		if w := post(h, "/", "k", ""); w.Code != 409 {
+		if w := post(h2, "/", "k", ""); w.Code != 409 {
 			t.Errorf("store failure while waiting: %d, want 409", w.Code)
 		}
 		<-done

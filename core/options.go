@@ -229,7 +229,9 @@ func WithFailOpen() Option {
 // waits up to limit for the first request to finish, then replays its
 // response, or runs itself if the first released the key, or answers 409.
 // It wakes through the store's Notifier when there is one and polls with
-// backoff otherwise. Default: off (409 at once).
+// backoff otherwise. A duplicate of a request this engine is running
+// waits on that request itself, with no store call, and replays its
+// answer as soon as it is stored. Default: off (409 at once).
 func WithWait(limit time.Duration) Option {
 	return func(c *config) error {
 		if limit <= 0 {
