@@ -357,9 +357,12 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
 	k, id := recordKey(s.prefix, scope, key)
-	args := []any{token, ts[1], ttlMillis(now, expiresAt),
-		encodeResponseHead(&resp), resp.Body, s.channel, id}
-	return s.held(ctx, "complete", completeScript, k, args)
+	args := []any{token, ts[1], ttlMillis(now, expiresAt), encodeResponseHead(&resp), resp.Body}
+	err = s.held(ctx, "complete", completeScript, k, args)
+	if err == nil {
+		s.hub.wake(id)
+	}
+	return err
 }
 
 // held runs a script that acts on a held claim (complete, extend), whose
@@ -395,13 +398,14 @@ func (s *Store) held(ctx context.Context, op string, script *redis.Script, k str
 // waiters.
 func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	k, id := recordKey(s.prefix, scope, key)
-	n, err := releaseScript.Run(ctx, s.client, []string{k}, token, s.channel, id).Int64()
+	n, err := releaseScript.Run(ctx, s.client, []string{k}, token).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
 	if n != 1 {
 		return idem.ErrLeaseLost
 	}
+	s.hub.wake(id)
 	return nil
 }
 
@@ -423,13 +427,14 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 // notifies waiters. Like Release it does not wait for replicas.
 func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
 	k, id := recordKey(s.prefix, scope, key)
-	n, err := evictScript.Run(ctx, s.client, []string{k}, token, s.channel, id).Int64()
+	n, err := evictScript.Run(ctx, s.client, []string{k}, token).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: evict: %w", err)
 	}
 	if n != 1 {
 		return idem.ErrLeaseLost
 	}
+	s.hub.wake(id)
 	return nil
 }
 
@@ -484,25 +489,14 @@ func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem
 // notification when there was a record).
 func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	k, id := recordKey(s.prefix, scope, key)
-	n, err := deleteScript.Run(ctx, s.client, []string{k}, s.channel, id).Int64()
+	n, err := deleteScript.Run(ctx, s.client, []string{k}).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)
 	}
+	if n == 1 {
+		s.hub.wake(id)
+	}
 	return n == 1, nil
-}
-
-// Watch implements idem.Notifier. All watches of a Store share one Pub/Sub
-// subscription on Channel, opened by the first Watch. Watch never waits for
-// it: while the subscription is not confirmed (being opened by the first
-// Watch, or broken and being reopened) a watch is registered at once and
-// woken when Redis confirms the subscription, since a notification may
-// have been missed meanwhile; the engine polls as well. While the
-// subscription holds, no notification sent after Watch returns is missed.
-// When it breaks, every pending watch is woken (spuriously) and the Store
-// resubscribes in the background with backoff.
-func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
-	_, id := recordKey(s.prefix, scope, key)
-	return s.hub.watch(ctx, id)
 }
 
 // Close stops the Store's notification subscription and wakes every

@@ -1,0 +1,153 @@
+package redisstore
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// serverStats is what a private server reports about the work it did:
+// calls per command (commands that scripts run included) and the bytes it
+// read from clients.
+type serverStats struct {
+	calls   map[string]int64
+	inBytes int64
+}
+
+// readStats reads INFO stats and commandstats in one INFO call.
+func readStats(t *testing.T, c *redis.Client) serverStats {
+	t.Helper()
+	info, err := c.Info(t.Context(), "stats", "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := serverStats{calls: map[string]int64{}}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_net_input_bytes:"); ok {
+			st.inBytes, _ = strconv.ParseInt(v, 10, 64)
+		}
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		st.calls[name], _ = strconv.ParseInt(n, 10, 64)
+	}
+	return st
+}
+
+// statsDelta measures what the server does during run: the calls per
+// command, INFO and the subscription's PING left out, and the bytes read,
+// the INFO that reads them left out.
+func statsDelta(t *testing.T, c *redis.Client, run func()) (map[string]int64, int64) {
+	t.Helper()
+	a := readStats(t, c)
+	b := readStats(t, c) // an INFO alone, to take its bytes off
+	info := b.inBytes - a.inBytes
+	run()
+	d := readStats(t, c)
+	calls := map[string]int64{}
+	for name, n := range d.calls {
+		if n -= b.calls[name]; n != 0 && name != "info" && name != "ping" {
+			calls[name] = n
+		}
+	}
+	return calls, d.inBytes - b.inBytes - info
+}
+
+// privateServer starts a redis-server of the test's own, so that its
+// counters move only with what the test does.
+func privateServer(t *testing.T) *redis.Client {
+	t.Helper()
+	srv := startServer(t, freePort(t, false))
+	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestCommandsPerRequest counts, on a server of its own, what a first
+// request costs: through the engine's middleware with no waiter, exactly
+// the claim (SET NX GET) and the complete script (its GET, SET and the
+// waiter-mark DEL), and no PUBLISH; with a waiter in another Store, one
+// PUBLISH more. It logs the bytes Redis reads per first request.
+func TestCommandsPerRequest(t *testing.T) {
+	client := privateServer(t)
+	s := newTestStore(t, client)
+	engine, err := idem.New(withoutClock(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":42}`)
+	})
+	h := engine.Middleware()(mux)
+	var seq int
+	first := func() {
+		seq++
+		req := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item":"book"}`))
+		req.Header.Set("Idempotency-Key", "key-"+strconv.Itoa(seq))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated || rec.Header().Get("Idempotent-Replayed") != "" {
+			t.Fatalf("request %d: %d %v", seq, rec.Code, rec.Header())
+		}
+	}
+	first() // loads the complete script
+
+	const n = 20
+	calls, in := statsDelta(t, client, func() {
+		for range n {
+			first()
+		}
+	})
+	want := map[string]int64{"set": 2 * n, "evalsha": n, "get": n, "del": n}
+	if !maps.Equal(calls, want) {
+		t.Errorf("%d first requests ran %v, want %v", n, calls, want)
+	}
+	t.Logf("a first request: %d commands sent, %d bytes read by Redis", (calls["set"]-calls["get"]+calls["evalsha"])/n, in/n)
+
+	t.Run("Waiter", func(t *testing.T) {
+		waiter, err := New(client, WithPrefix(s.prefix), quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer waiter.Close()
+		subscribed(t, waiter)
+		ctx := t.Context()
+		now := time.Now()
+		c := idem.Claim{Scope: "s", Key: "waited", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
+		var ch <-chan struct{}
+		calls, _ := statsDelta(t, client, func() {
+			if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+				t.Fatal(res, err)
+			}
+			var stop func()
+			if ch, stop, err = waiter.Watch(ctx, "s", "waited"); err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			if err := s.Complete(ctx, "s", "waited", "tok", idem.Response{Status: 200}, now, now.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ch:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter was not woken")
+			}
+		})
+		if calls["publish"] != 1 {
+			t.Errorf("a first request with a waiter ran %v, want one PUBLISH", calls)
+		}
+	})
+}

@@ -1,0 +1,170 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// endStep ends the claim (key, "tok") through s.
+type endStep struct {
+	name string
+	do   func(ctx context.Context, s *Store, key string) error
+}
+
+var endSteps = []endStep{
+	{"Complete", func(ctx context.Context, s *Store, key string) error {
+		now := time.Now()
+		return s.Complete(ctx, "s", key, "tok", idem.Response{Status: 201, Body: []byte("ok")}, now, now.Add(time.Hour))
+	}},
+	{"Release", func(ctx context.Context, s *Store, key string) error { return s.Release(ctx, "s", key, "tok") }},
+	{"Evict", func(ctx context.Context, s *Store, key string) error { return s.Evict(ctx, "s", key, "tok") }},
+	{"Delete", func(ctx context.Context, s *Store, key string) error {
+		ok, err := s.Delete(ctx, "s", key)
+		if err == nil && !ok {
+			err = fmt.Errorf("Delete found no record")
+		}
+		return err
+	}},
+}
+
+// testMarks checks the waiter mark with two Stores on client under one
+// prefix: ender (built with opts) takes and ends claims, waiter watches.
+// They are separate Stores, so only a PUBLISH can wake the waiter.
+func testMarks(t *testing.T, client redis.UniversalClient, opts ...Option) {
+	ender := newTestStore(t, client, opts...)
+	waiter, err := New(client, WithPrefix(ender.prefix), quiet, noFailover)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waiter.Close() })
+	subscribed(t, waiter)
+	claim := func(t *testing.T, key string) {
+		t.Helper()
+		now := time.Now()
+		res, err := ender.Claim(t.Context(), idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
+		if err != nil || !res.Acquired {
+			t.Fatalf("claim %s: %+v, %v", key, res, err)
+		}
+	}
+	markTTL := func(t *testing.T, key string) time.Duration {
+		t.Helper()
+		d, err := client.PTTL(t.Context(), ender.Key("s", key)+"w").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	woken := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		case <-time.After(5 * time.Second):
+			return false
+		}
+	}
+	for _, step := range endSteps {
+		t.Run(step.name+"/MarkThenEnd", func(t *testing.T) {
+			key := "mark-then-" + step.name
+			claim(t, key)
+			ch, stop, err := waiter.Watch(t.Context(), "s", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			if closedNow(ch) {
+				t.Fatal("woken before the claim ended")
+			}
+			if d := markTTL(t, key); d <= 0 {
+				t.Fatalf("mark PTTL %v after Watch, want a mark that expires", d)
+			}
+			if err := step.do(t.Context(), ender, key); err != nil {
+				t.Fatal(err)
+			}
+			if !woken(ch) {
+				t.Fatalf("a marked record's %s did not wake the waiter", step.name)
+			}
+			if d := markTTL(t, key); d != -2 {
+				t.Fatalf("mark PTTL %v after %s, want the mark gone", d, step.name)
+			}
+		})
+		t.Run(step.name+"/EndThenMark", func(t *testing.T) {
+			key := "end-then-" + step.name
+			claim(t, key)
+			if err := step.do(t.Context(), ender, key); err != nil {
+				t.Fatal(err)
+			}
+			ch, stop, err := waiter.Watch(t.Context(), "s", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			if !closedNow(ch) {
+				t.Fatalf("a Watch after the %s was not woken at once", step.name)
+			}
+			if d := markTTL(t, key); d != -2 {
+				t.Fatalf("mark PTTL %v on an ended claim, want no mark", d)
+			}
+		})
+	}
+
+	// The waiter marks while the claim ends, in either order: it is
+	// always woken.
+	t.Run("Race", func(t *testing.T) {
+		for i := range 100 {
+			key := fmt.Sprint("race-", i)
+			claim(t, key)
+			step := endSteps[i%len(endSteps)]
+			var wg sync.WaitGroup
+			var endErr error
+			wg.Go(func() { endErr = step.do(t.Context(), ender, key) })
+			ch, stop, err := waiter.Watch(t.Context(), "s", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if endErr != nil {
+				t.Fatal(endErr)
+			}
+			if !woken(ch) {
+				t.Fatalf("iteration %d: the waiter missed a %s", i, step.name)
+			}
+			stop()
+		}
+	})
+
+	// Extend keeps the mark as long as the record.
+	t.Run("ExtendMovesMark", func(t *testing.T) {
+		claim(t, "extend")
+		_, stop, err := waiter.Watch(t.Context(), "s", "extend")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		now := time.Now()
+		if err := ender.Extend(t.Context(), "s", "extend", "tok", now, now.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := client.PTTL(t.Context(), ender.Key("s", "extend")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mark := markTTL(t, "extend"); mark < time.Hour || rec-mark > time.Second {
+			t.Fatalf("mark PTTL %v, record PTTL %v after Extend, want them alike", mark, rec)
+		}
+	})
+}
+
+func TestMarks(t *testing.T) { testMarks(t, testClient(t)) }
+
+func TestMarksCluster(t *testing.T) { testMarks(t, startCluster(t)) }
+
+func TestMarksReplicas(t *testing.T) {
+	rs := startReplicated(t)
+	testMarks(t, rs.client, noFailover, WithReplicas(1, time.Second))
+}
