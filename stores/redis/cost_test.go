@@ -76,8 +76,9 @@ func privateServer(t *testing.T) *redis.Client {
 // TestCommandsPerRequest counts, on a server of its own, what a first
 // request costs: through the engine's middleware with no waiter, exactly
 // the claim (SET NX GET) and the complete script (its GET, SET and the
-// waiter-mark DEL), and no PUBLISH; with a waiter in another Store, one
-// PUBLISH more. It logs the bytes Redis reads per first request.
+// waiter-mark DEL), and no PUBLISH. Then, for each way a claim ends, no
+// PUBLISH without a waiter and one with a waiter in another Store. It
+// logs the bytes Redis reads per first request.
 func TestCommandsPerRequest(t *testing.T) {
 	client := privateServer(t)
 	s := newTestStore(t, client)
@@ -115,39 +116,50 @@ func TestCommandsPerRequest(t *testing.T) {
 	if !maps.Equal(calls, want) {
 		t.Errorf("%d first requests ran %v, want %v", n, calls, want)
 	}
-	t.Logf("a first request: %d commands sent, %d bytes read by Redis", (calls["set"]-calls["get"]+calls["evalsha"])/n, in/n)
+	t.Logf("%d first requests: server-side calls %v; %d bytes read by Redis per request", n, calls, in/n)
 
-	t.Run("Waiter", func(t *testing.T) {
-		waiter, err := New(client, WithPrefix(s.prefix), quiet)
-		if err != nil {
-			t.Fatal(err)
+	// Each way a claim ends, with no waiter and with one in another
+	// Store: a PUBLISH only for the waited-for record.
+	waiter, err := New(client, WithPrefix(s.prefix), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	subscribed(t, waiter)
+	for _, step := range endSteps {
+		for _, waited := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/waited=%v", step.name, waited), func(t *testing.T) {
+				ctx := t.Context()
+				key := fmt.Sprintf("%s-%v", step.name, waited)
+				now := time.Now()
+				c := idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
+				if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+					t.Fatal(res, err)
+				}
+				ch := make(<-chan struct{})
+				if waited {
+					var stop func()
+					if ch, stop, err = waiter.Watch(ctx, "s", key); err != nil {
+						t.Fatal(err)
+					}
+					defer stop()
+				}
+				calls, _ := statsDelta(t, client, func() {
+					if err := step.do(ctx, s, key); err != nil {
+						t.Fatal(err)
+					}
+				})
+				if want := map[bool]int64{false: 0, true: 1}[waited]; calls["publish"] != want {
+					t.Errorf("%s ran %v, want %d PUBLISH", step.name, calls, want)
+				}
+				if waited {
+					select {
+					case <-ch:
+					case <-time.After(5 * time.Second):
+						t.Fatal("the waiter was not woken")
+					}
+				}
+			})
 		}
-		defer waiter.Close()
-		subscribed(t, waiter)
-		ctx := t.Context()
-		now := time.Now()
-		c := idem.Claim{Scope: "s", Key: "waited", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
-		var ch <-chan struct{}
-		calls, _ := statsDelta(t, client, func() {
-			if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
-				t.Fatal(res, err)
-			}
-			var stop func()
-			if ch, stop, err = waiter.Watch(ctx, "s", "waited"); err != nil {
-				t.Fatal(err)
-			}
-			defer stop()
-			if err := s.Complete(ctx, "s", "waited", "tok", idem.Response{Status: 200}, now, now.Add(time.Hour)); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-ch:
-			case <-time.After(5 * time.Second):
-				t.Fatal("the waiter was not woken")
-			}
-		})
-		if calls["publish"] != 1 {
-			t.Errorf("a first request with a waiter ran %v, want one PUBLISH", calls)
-		}
-	})
+	}
 }

@@ -242,15 +242,17 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 // Key returns the Redis key that holds the record for (scope, key): the
 // prefix, then a hash tag of 32 hex digits derived from scope and key.
 // The record is one string at that key (its layout is described in
-// codec.go); the key is exposed for operators and tests.
+// codec.go); while a waiter watches an in-progress record, the key + "w"
+// marks it (see Watch). The key is exposed for operators and tests.
 func (s *Store) Key(scope, key string) string {
 	k, _ := recordKey(s.prefix, scope, key)
 	return k
 }
 
 // Channel returns the Redis Pub/Sub channel on which the Store announces
-// completions, releases and deletes; the message is the record's hash tag
-// (the 32 hex digits between the braces of its key).
+// the completions, releases, evictions and deletes of records a waiter
+// marked (see Watch); the message is the record's hash tag (the 32 hex
+// digits between the braces of its key).
 func (s *Store) Channel() string { return s.channel }
 
 // Claim implements idem.Store in one round trip (two when it takes an
@@ -345,7 +347,7 @@ func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64
 }
 
 // Complete implements idem.Store with one script call, which also notifies
-// waiters. It lands while the record is in progress and holds token,
+// waiters when one marked the record (see Watch). It lands while the record is in progress and holds token,
 // also past its lease end (Redis keeps the record a lease longer for
 // it). The completed record keeps the token, for Evict. Under
 // WithReplicas it is pipelined with WAIT; a completion not acknowledged
@@ -486,7 +488,7 @@ func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem
 }
 
 // Delete implements idem.Deleter with one script call (DEL, and a
-// notification when there was a record).
+// notification when a waiter marked the record).
 func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	k, id := recordKey(s.prefix, scope, key)
 	n, err := deleteScript.Run(ctx, s.client, []string{k}).Int64()
