@@ -16,10 +16,10 @@ import (
 
 // serverStats is what a private server reports about the work it did:
 // calls per command (commands that scripts run included) and the bytes it
-// read from clients.
+// read from clients and wrote to them (Pub/Sub messages included).
 type serverStats struct {
-	calls   map[string]int64
-	inBytes int64
+	calls             map[string]int64
+	inBytes, outBytes int64
 }
 
 // readStats reads INFO stats and commandstats in one INFO call.
@@ -34,6 +34,9 @@ func readStats(t *testing.T, c *redis.Client) serverStats {
 		if v, ok := strings.CutPrefix(line, "total_net_input_bytes:"); ok {
 			st.inBytes, _ = strconv.ParseInt(v, 10, 64)
 		}
+		if v, ok := strings.CutPrefix(line, "total_net_output_bytes:"); ok {
+			st.outBytes, _ = strconv.ParseInt(v, 10, 64)
+		}
 		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
 		if !ok || !strings.HasPrefix(line, "cmdstat_") {
 			continue
@@ -45,22 +48,26 @@ func readStats(t *testing.T, c *redis.Client) serverStats {
 }
 
 // statsDelta measures what the server does during run: the calls per
-// command, INFO and the subscription's PING left out, and the bytes read,
-// the INFO that reads them left out.
-func statsDelta(t *testing.T, c *redis.Client, run func()) (map[string]int64, int64) {
+// command, INFO and the subscription's PING left out, and the bytes read
+// and written, the INFO that reads them left out (its reply, a few kB,
+// to within a few bytes).
+func statsDelta(t *testing.T, c *redis.Client, run func()) serverStats {
 	t.Helper()
 	a := readStats(t, c)
 	b := readStats(t, c) // an INFO alone, to take its bytes off
-	info := b.inBytes - a.inBytes
 	run()
 	d := readStats(t, c)
-	calls := map[string]int64{}
+	delta := serverStats{
+		calls:    map[string]int64{},
+		inBytes:  d.inBytes - b.inBytes - (b.inBytes - a.inBytes),
+		outBytes: d.outBytes - b.outBytes - (b.outBytes - a.outBytes),
+	}
 	for name, n := range d.calls {
 		if n -= b.calls[name]; n != 0 && name != "info" && name != "ping" {
-			calls[name] = n
+			delta.calls[name] = n
 		}
 	}
-	return calls, d.inBytes - b.inBytes - info
+	return delta
 }
 
 // privateServer starts a redis-server of the test's own, so that its
@@ -105,27 +112,29 @@ func TestCommandsPerRequest(t *testing.T) {
 		}
 	}
 	first() // loads the complete script
-
-	const n = 20
-	calls, in := statsDelta(t, client, func() {
-		for range n {
-			first()
-		}
-	})
-	want := map[string]int64{"set": 2 * n, "evalsha": n, "get": n, "del": n}
-	if !maps.Equal(calls, want) {
-		t.Errorf("%d first requests ran %v, want %v", n, calls, want)
-	}
-	t.Logf("%d first requests: server-side calls %v; %d bytes read by Redis per request", n, calls, in/n)
-
-	// Each way a claim ends, with no waiter and with one in another
-	// Store: a PUBLISH only for the waited-for record.
+	// Another instance, subscribed as every instance that ever waited is.
 	waiter, err := New(client, WithPrefix(s.prefix), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer waiter.Close()
 	subscribed(t, waiter)
+
+	const n = 20
+	d := statsDelta(t, client, func() {
+		for range n {
+			first()
+		}
+	})
+	want := map[string]int64{"set": 2 * n, "evalsha": n, "get": n, "del": n}
+	if !maps.Equal(d.calls, want) {
+		t.Errorf("%d first requests ran %v, want %v", n, d.calls, want)
+	}
+	t.Logf("%d first requests: server-side calls %v; per request, Redis read %d bytes and wrote %d",
+		n, d.calls, d.inBytes/n, d.outBytes/n)
+
+	// Each way a claim ends, with no waiter and with one in another
+	// Store: a PUBLISH only for the waited-for record.
 	for _, step := range endSteps {
 		for _, waited := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/waited=%v", step.name, waited), func(t *testing.T) {
@@ -144,11 +153,11 @@ func TestCommandsPerRequest(t *testing.T) {
 					}
 					defer stop()
 				}
-				calls, _ := statsDelta(t, client, func() {
+				calls := statsDelta(t, client, func() {
 					if err := step.do(ctx, s, key); err != nil {
 						t.Fatal(err)
 					}
-				})
+				}).calls
 				if want := map[bool]int64{false: 0, true: 1}[waited]; calls["publish"] != want {
 					t.Errorf("%s ran %v, want %d PUBLISH", step.name, calls, want)
 				}
