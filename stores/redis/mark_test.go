@@ -3,7 +3,11 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,4 +171,74 @@ func TestMarksCluster(t *testing.T) { testMarks(t, startCluster(t)) }
 func TestMarksReplicas(t *testing.T) {
 	rs := startReplicated(t)
 	testMarks(t, rs.client, noFailover, WithReplicas(1, time.Second))
+}
+
+// TestWaitAcrossInstances runs the engine's wait mode on two instances,
+// each with its own Store: a retry on B waits for the first request,
+// still running on A, marks its record, and is answered with the replay
+// once A completes, which publishes exactly once.
+func TestWaitAcrossInstances(t *testing.T) {
+	client := privateServer(t)
+	a := newTestStore(t, client)
+	b, err := New(client, WithPrefix(a.prefix), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	subscribed(t, b)
+	release := make(chan struct{})
+	var runs atomic.Int32
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		<-release
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "made")
+	})
+	serve := func(s *Store) http.Handler {
+		e, err := idem.New(s, idem.WithWait(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Middleware()(handler)
+	}
+	ha, hb := serve(a), serve(b)
+	send := func(h http.Handler) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/orders", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "k")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	var first, retry *httptest.ResponseRecorder
+	var wg sync.WaitGroup
+	d := statsDelta(t, client, func() {
+		wg.Go(func() { first = send(ha) })
+		for range 1000 { // A's claim is in Redis
+			if runs.Load() == 1 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		wg.Go(func() { retry = send(hb) })
+		for range 1000 { // B waits, and has marked the record
+			var keys []string
+			keys, err = client.Keys(t.Context(), a.prefix+"{*}w").Result()
+			if err != nil || len(keys) == 1 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		close(release)
+		wg.Wait()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Code != http.StatusCreated || retry.Code != http.StatusCreated ||
+		retry.Header().Get("Idempotent-Replayed") != "true" || retry.Body.String() != "made" {
+		t.Fatalf("first %d, retry %d %v %q; want 201 and its replay", first.Code, retry.Code, retry.Header(), retry.Body)
+	}
+	if runs.Load() != 1 || d.calls["publish"] != 1 {
+		t.Fatalf("handler ran %d times, %d PUBLISH; want 1 and 1", runs.Load(), d.calls["publish"])
+	}
 }
