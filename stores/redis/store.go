@@ -347,12 +347,13 @@ func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64
 }
 
 // Complete implements idem.Store with one script call, which also notifies
-// waiters when one marked the record (see Watch). It lands while the record is in progress and holds token,
-// also past its lease end (Redis keeps the record a lease longer for
-// it). The completed record keeps the token, for Evict. Under
-// WithReplicas it is pipelined with WAIT; a completion not acknowledged
-// returns an error wrapping ErrNotReplicated, and so does a later call
-// for a record completed already until its WAIT is answered.
+// waiters when one marked the record (see Watch). It lands while the
+// record is in progress and holds token, also past its lease end (Redis
+// keeps the record a lease longer for it). The completed record keeps
+// the token, for Evict. Under WithReplicas it is pipelined with WAIT; a
+// completion not acknowledged returns an error wrapping ErrNotReplicated,
+// and so does a later call for a record completed already until its WAIT
+// is answered.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
 	ts, err := formatTimes(now, expiresAt)
 	if err != nil {
@@ -397,7 +398,7 @@ func (s *Store) held(ctx context.Context, op string, script *redis.Script, k str
 }
 
 // Release implements idem.Store with one script call, which also notifies
-// waiters.
+// waiters when one marked the record (see Watch).
 func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	k, id := recordKey(s.prefix, scope, key)
 	n, err := releaseScript.Run(ctx, s.client, []string{k}, token).Int64()
