@@ -162,6 +162,35 @@ func testMarks(t *testing.T, client redis.UniversalClient, opts ...Option) {
 			t.Fatalf("mark PTTL %v, record PTTL %v after Extend, want them alike", mark, rec)
 		}
 	})
+
+	// A claim that takes an ended one over keeps its mark, as long as
+	// itself, and its completion wakes the waiter.
+	t.Run("TakeoverKeepsMark", func(t *testing.T) {
+		claim(t, "takeover")
+		ch, stop, err := waiter.Watch(t.Context(), "s", "takeover")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		later := time.Now().Add(2 * time.Minute) // past the first lease
+		res, err := ender.Claim(t.Context(), idem.Claim{Scope: "s", Key: "takeover", Fingerprint: "fp", Token: "tok2", Now: later, LeaseEnd: later.Add(time.Hour)})
+		if err != nil || !res.Acquired {
+			t.Fatalf("takeover: %+v, %v", res, err)
+		}
+		rec, err := client.PTTL(t.Context(), ender.Key("s", "takeover")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mark := markTTL(t, "takeover"); mark < time.Hour || rec-mark > time.Second {
+			t.Fatalf("mark PTTL %v, record PTTL %v after the takeover, want them alike", mark, rec)
+		}
+		if err := ender.Complete(t.Context(), "s", "takeover", "tok2", idem.Response{Status: 200}, later, later.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if !woken(ch) {
+			t.Fatal("the completion of the claim that took over did not wake the waiter")
+		}
+	})
 }
 
 func TestMarks(t *testing.T) { testMarks(t, testClient(t)) }

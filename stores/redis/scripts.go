@@ -34,6 +34,9 @@ import (
 //	KEYS[1] record key
 //	ARGV    now, new in-progress record, TTL in ms
 //
+// A waiter mark (see markScript) of the record taken over is kept as long
+// as the new claim: its waiters still wait for the key.
+//
 // It returns 1 when the claim was taken, otherwise the blocking record. A
 // record whose state byte is neither '1' nor '2' is never taken over: it
 // is returned, and Go reports it corrupt, as the first command's path does.
@@ -48,6 +51,7 @@ if (st ~= 49 and st ~= 50) or
   return v
 end
 redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
+redis.call('PEXPIRE', k .. 'w', ARGV[3])
 return 1
 `)
 
