@@ -68,6 +68,7 @@
 //	Get                       1            0       1
 //	Delete                    1            1       1, no WAIT
 //	Now (the engine's clock)  1            0       1, once a minute
+//	Watch, subscription up    1            0 or 1  1, no WAIT
 //
 // Claim is a single SET key record NX PX ttl GET, which stores the claim
 // or returns the record that blocks it; Complete, Release, Extend,
@@ -257,13 +258,27 @@
 //
 // # Waiting
 //
-// Complete, Release, Evict and Delete publish the record's hash tag on the
-// channel prefix + "notify". Watch (the engine's wait mode) shares one
-// subscription per Store among all waiters, so a thousand waiting requests
-// use one connection. If the subscription breaks, waiters are woken early
-// and re-check the record; the Store resubscribes by itself. Watch never
-// blocks on the subscription: a watch taken while it is down is woken when
-// it is back.
+// Notifications are paid for only when someone waits. Watch (the
+// engine's wait mode) marks the record as waited for, one script call:
+// a small key beside the record (its key + "w", in the same hash slot,
+// with the record's TTL). Complete, Release, Evict and Delete publish the
+// record's hash tag on the channel prefix + "notify" only when that mark
+// is there, and delete it; a request nobody waits for publishes nothing
+// and costs the two commands of the table above. The mark script returns
+// the record's state, and a waiter that finds the claim already ended is
+// woken at once, so no ending is missed between the engine's look at the
+// record and the mark. Watch shares one subscription per Store among all
+// waiters, so a thousand waiting requests use one connection. If the
+// subscription breaks, waiters are woken early and re-check the record;
+// the Store resubscribes by itself. Watch never blocks on the
+// subscription: a watch taken while it is down marks nothing and is woken
+// when it is back, when the engine watches (and marks) again.
+//
+// The record's format did not change with the mark. Instances of an
+// earlier version, which publish for every record and never mark, can run
+// beside this one during an upgrade: their waiters are not published to
+// by this version's completions and find the record by polling (the
+// engine's backoff, up to half a second); nothing runs twice.
 //
 // Times must lie between 1677-09-21 and 2262-04-11 (Unix nanoseconds in an
 // int64); a call with a time outside that range fails. A record's Redis TTL

@@ -19,7 +19,52 @@ const (
 	subscribeTimeout = 5 * time.Second
 	minBackoff       = 50 * time.Millisecond
 	maxBackoff       = 2 * time.Second
+	// markTimeout bounds the script with which Watch marks a record.
+	markTimeout = time.Second
 )
+
+// Watch implements idem.Notifier. All watches of a Store share one Pub/Sub
+// subscription on Channel, opened by the first Watch. Watch never waits for
+// it: while the subscription is not confirmed (being opened by the first
+// Watch, or broken and being reopened) a watch is registered at once and
+// woken when Redis confirms the subscription, since a notification may
+// have been missed meanwhile; the engine polls as well, and watches again.
+// When it breaks, every pending watch is woken (spuriously) and the Store
+// resubscribes in the background with backoff.
+//
+// While the subscription holds, Watch marks the record as waited for,
+// in one script call bounded by ctx and a second (see markScript), and
+// only the completion, release, eviction or delete of a marked record
+// publishes: a request nobody waits for publishes nothing. The script
+// returns the record's state, and a record that is not in progress (gone,
+// or completed) wakes the watch at once, so an end that came before the
+// mark is not missed; one that comes after it is published, and no
+// notification sent after Watch returns is missed while the subscription
+// holds. A mark that fails only costs the wake-up: the engine polls. The
+// Store's own Complete, Release, Evict and Delete also wake its own
+// watches of the key directly.
+func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
+	k, id := recordKey(s.prefix, scope, key)
+	ch, stop, err := s.hub.watch(ctx, id)
+	if err != nil || !s.hub.up() {
+		return ch, stop, err
+	}
+	mctx, cancel := context.WithTimeout(ctx, markTimeout)
+	st, err := markScript.Run(mctx, s.client, []string{k}).Text()
+	cancel()
+	if err == nil && st != "1" {
+		stop()
+		return closed, func() {}, nil
+	}
+	return ch, stop, nil
+}
+
+// closed is a channel that is closed, for a watch woken at once.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // hub multiplexes one Pub/Sub subscription to every Watch of a Store. The
 // subscription is opened by the first watch and lives until close.

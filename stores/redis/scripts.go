@@ -20,7 +20,11 @@ import (
 // over) still finds it and lands while nobody took the key over.
 //
 // The scripts run as few commands as they can: a completion is GET, SET
-// and PUBLISH; a release GET, DEL and PUBLISH.
+// and DEL of the waiter mark; a release GET, DEL and DEL of the mark.
+// They PUBLISH only for a record that a waiter marked (see markScript and
+// notifyLua), so a request nobody waits for publishes nothing. The
+// notification channel and the record id are cut from KEYS[1] (the
+// prefix, then "{" id "}"), so no script is sent them.
 
 // claimScript takes the key or returns the record that blocks it. Claim
 // first sends the script's first command on its own, which settles every
@@ -29,6 +33,9 @@ import (
 //
 //	KEYS[1] record key
 //	ARGV    now, new in-progress record, TTL in ms
+//
+// A waiter mark (see markScript) of the record taken over is kept as long
+// as the new claim: its waiters still wait for the key.
 //
 // It returns 1 when the claim was taken, otherwise the blocking record. A
 // record whose state byte is neither '1' nor '2' is never taken over: it
@@ -44,6 +51,7 @@ if (st ~= 49 and st ~= 50) or
   return v
 end
 redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
+redis.call('PEXPIRE', k .. 'w', ARGV[3])
 return 1
 `)
 
@@ -64,6 +72,41 @@ local function keepPX(e, c, ttl)
   end
   return string.format('%%.0f', math.min(px, %d))
 end`, maxTTLMillis)
+
+// notifyLua is Lua for notify(k): it deletes the waiter mark of the
+// record at k and, when there was one, publishes the record's id on the
+// Store's channel. The mark is the key k .. "w", in the record's hash
+// slot, so a script reaches it on Redis Cluster too; it is derived, not
+// passed, to keep it out of every call's bytes. The channel is the prefix
+// (k without its last 34 bytes, "{" id "}") then "notify".
+const notifyLua = `
+local function notify(k)
+  if redis.call('DEL', k .. 'w') == 1 then
+    redis.call('PUBLISH', string.sub(k, 1, -35) .. 'notify', string.sub(k, -33, -2))
+  end
+end
+`
+
+// markScript marks a record as waited for, so that the script that ends
+// its claim publishes: when the record is in progress it sets the mark
+// key (see notifyLua) with the record's own remaining TTL, which the
+// extend script moves with the record's. It returns the record's state
+// byte as it found it ("" when there is none), so that Watch wakes at
+// once a waiter that came after the claim ended: the mark and every
+// script that ends a claim run one after the other on the server, so
+// either the mark comes first and the ending publishes, or the mark
+// sees the record ended.
+//
+//	KEYS[1] record key
+var markScript = redis.NewScript(`
+local k = KEYS[1]
+local st = redis.call('GETRANGE', k, 0, 0)
+if st == '1' then
+  local t = redis.call('PTTL', k)
+  if t > 0 then redis.call('SET', k .. 'w', '', 'PX', t) end
+end
+return st
+`)
 
 // heldPrelude loads the record into v and returns 0 from the script
 // unless it is in progress and holds the token ARGV[1], whatever its
@@ -97,32 +140,33 @@ if not n or string.sub(v, 67, 66 + n) ~= ARGV[1] then return 0 end
 // record keeps the created time, the token and the fingerprint.
 //
 //	KEYS[1] record key
-//	ARGV    token, expires at, TTL in ms, response head, body, notify
-//	        channel, record id, and "1" under WithReplicas
+//	ARGV    token, expires at, TTL in ms, response head, body, and "1"
+//	        under WithReplicas
 //
 // It returns 1 when the record was completed, 0 when the claim is lost,
 // and 2 (under WithReplicas) when the record is completed already.
-var completeScript = redis.NewScript(heldPrelude(8) + `
+var completeScript = redis.NewScript(notifyLua + heldPrelude(6) + `
 redis.call('SET', k, '2' .. string.rep('0', 20) .. ARGV[2] .. string.sub(v, 42) ..
   ARGV[4] .. ARGV[5], 'PX', ARGV[3])
-redis.call('PUBLISH', ARGV[6], ARGV[7])
+notify(k)
 return 1
 `)
 
 // releaseScript deletes a held, in-progress claim.
 //
 //	KEYS[1] record key
-//	ARGV    token, notify channel, record id
+//	ARGV    token
 //
 // It returns 1 when the record was deleted, 0 when the claim is lost.
-var releaseScript = redis.NewScript(heldPrelude(0) + `
+var releaseScript = redis.NewScript(notifyLua + heldPrelude(0) + `
 redis.call('DEL', k)
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+notify(k)
 return 1
 `)
 
 // extendScript moves the lease end (and with it the expiry) of a held
-// claim, and keeps the record a lease past the new lease end.
+// claim, and keeps the record a lease past the new lease end; a waiter
+// mark lives as long.
 //
 //	KEYS[1] record key
 //	ARGV    token, new lease end, TTL to it in ms, and "1" under
@@ -131,8 +175,9 @@ return 1
 // It returns 1 when the lease moved, 0 when the claim is lost, and 2
 // (under WithReplicas) when the record is completed.
 var extendScript = redis.NewScript(keepPX + heldPrelude(4) + `
-redis.call('SET', k, '1' .. ARGV[2] .. ARGV[2] .. string.sub(v, 42),
-  'PX', keepPX(ARGV[2], string.sub(v, 42, 61), ARGV[3]))
+local px = keepPX(ARGV[2], string.sub(v, 42, 61), ARGV[3])
+redis.call('SET', k, '1' .. ARGV[2] .. ARGV[2] .. string.sub(v, 42), 'PX', px)
+redis.call('PEXPIRE', k .. 'w', px)
 return 1
 `)
 
@@ -140,12 +185,12 @@ return 1
 // token, and notifies waiters.
 //
 //	KEYS[1] record key
-//	ARGV    token, notify channel, record id
+//	ARGV    token
 //
 // It returns 1 when the record was deleted, 0 when there is none or it
 // holds another token (a record completed before tokens were kept holds
 // none, and is never evicted).
-var evictScript = redis.NewScript(`
+var evictScript = redis.NewScript(notifyLua + `
 local k = KEYS[1]
 local v = redis.call('GET', k)
 if not v then return 0 end
@@ -154,7 +199,7 @@ if st ~= 49 and st ~= 50 then return 0 end
 local n = tonumber(string.sub(v, 62, 66))
 if not n or n == 0 or string.sub(v, 67, 66 + n) ~= ARGV[1] then return 0 end
 redis.call('DEL', k)
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+notify(k)
 return 1
 `)
 
@@ -168,11 +213,10 @@ return redis.call('TIME')
 // deleteScript deletes a record in any state and notifies waiters.
 //
 //	KEYS[1] record key
-//	ARGV    notify channel, record id
 //
 // It returns 1 when there was a record, 0 otherwise.
-var deleteScript = redis.NewScript(`
+var deleteScript = redis.NewScript(notifyLua + `
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
-redis.call('PUBLISH', ARGV[1], ARGV[2])
+notify(KEYS[1])
 return 1
 `)

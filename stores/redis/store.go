@@ -242,15 +242,17 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 // Key returns the Redis key that holds the record for (scope, key): the
 // prefix, then a hash tag of 32 hex digits derived from scope and key.
 // The record is one string at that key (its layout is described in
-// codec.go); the key is exposed for operators and tests.
+// codec.go); while a waiter watches an in-progress record, the key + "w"
+// marks it (see Watch). The key is exposed for operators and tests.
 func (s *Store) Key(scope, key string) string {
 	k, _ := recordKey(s.prefix, scope, key)
 	return k
 }
 
 // Channel returns the Redis Pub/Sub channel on which the Store announces
-// completions, releases and deletes; the message is the record's hash tag
-// (the 32 hex digits between the braces of its key).
+// the completions, releases, evictions and deletes of records a waiter
+// marked (see Watch); the message is the record's hash tag (the 32 hex
+// digits between the braces of its key).
 func (s *Store) Channel() string { return s.channel }
 
 // Claim implements idem.Store in one round trip (two when it takes an
@@ -345,21 +347,25 @@ func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64
 }
 
 // Complete implements idem.Store with one script call, which also notifies
-// waiters. It lands while the record is in progress and holds token,
-// also past its lease end (Redis keeps the record a lease longer for
-// it). The completed record keeps the token, for Evict. Under
-// WithReplicas it is pipelined with WAIT; a completion not acknowledged
-// returns an error wrapping ErrNotReplicated, and so does a later call
-// for a record completed already until its WAIT is answered.
+// waiters when one marked the record (see Watch). It lands while the
+// record is in progress and holds token, also past its lease end (Redis
+// keeps the record a lease longer for it). The completed record keeps
+// the token, for Evict. Under WithReplicas it is pipelined with WAIT; a
+// completion not acknowledged returns an error wrapping ErrNotReplicated,
+// and so does a later call for a record completed already until its WAIT
+// is answered.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
 	ts, err := formatTimes(now, expiresAt)
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
 	k, id := recordKey(s.prefix, scope, key)
-	args := []any{token, ts[1], ttlMillis(now, expiresAt),
-		encodeResponseHead(&resp), resp.Body, s.channel, id}
-	return s.held(ctx, "complete", completeScript, k, args)
+	args := []any{token, ts[1], ttlMillis(now, expiresAt), encodeResponseHead(&resp), resp.Body}
+	err = s.held(ctx, "complete", completeScript, k, args)
+	if err == nil {
+		s.hub.wake(id)
+	}
+	return err
 }
 
 // held runs a script that acts on a held claim (complete, extend), whose
@@ -392,16 +398,17 @@ func (s *Store) held(ctx context.Context, op string, script *redis.Script, k str
 }
 
 // Release implements idem.Store with one script call, which also notifies
-// waiters.
+// waiters when one marked the record (see Watch).
 func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	k, id := recordKey(s.prefix, scope, key)
-	n, err := releaseScript.Run(ctx, s.client, []string{k}, token, s.channel, id).Int64()
+	n, err := releaseScript.Run(ctx, s.client, []string{k}, token).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
 	if n != 1 {
 		return idem.ErrLeaseLost
 	}
+	s.hub.wake(id)
 	return nil
 }
 
@@ -423,13 +430,14 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 // notifies waiters. Like Release it does not wait for replicas.
 func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
 	k, id := recordKey(s.prefix, scope, key)
-	n, err := evictScript.Run(ctx, s.client, []string{k}, token, s.channel, id).Int64()
+	n, err := evictScript.Run(ctx, s.client, []string{k}, token).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: evict: %w", err)
 	}
 	if n != 1 {
 		return idem.ErrLeaseLost
 	}
+	s.hub.wake(id)
 	return nil
 }
 
@@ -481,28 +489,17 @@ func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem
 }
 
 // Delete implements idem.Deleter with one script call (DEL, and a
-// notification when there was a record).
+// notification when a waiter marked the record).
 func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 	k, id := recordKey(s.prefix, scope, key)
-	n, err := deleteScript.Run(ctx, s.client, []string{k}, s.channel, id).Int64()
+	n, err := deleteScript.Run(ctx, s.client, []string{k}).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)
 	}
+	if n == 1 {
+		s.hub.wake(id)
+	}
 	return n == 1, nil
-}
-
-// Watch implements idem.Notifier. All watches of a Store share one Pub/Sub
-// subscription on Channel, opened by the first Watch. Watch never waits for
-// it: while the subscription is not confirmed (being opened by the first
-// Watch, or broken and being reopened) a watch is registered at once and
-// woken when Redis confirms the subscription, since a notification may
-// have been missed meanwhile; the engine polls as well. While the
-// subscription holds, no notification sent after Watch returns is missed.
-// When it breaks, every pending watch is woken (spuriously) and the Store
-// resubscribes in the background with backoff.
-func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
-	_, id := recordKey(s.prefix, scope, key)
-	return s.hub.watch(ctx, id)
 }
 
 // Close stops the Store's notification subscription and wakes every

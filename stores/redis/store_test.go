@@ -364,12 +364,13 @@ func testStore(t *testing.T, newStore func(t *testing.T) *Store) {
 			t.Run(step.name, func(t *testing.T) {
 				key := "watch-" + step.name
 				claim(t, s, key, "fp", "tok", base)
+				claim(t, s, "unrelated-"+step.name, "fp", "tok", base)
 				ch, stop, err := s.Watch(t.Context(), "scope", key)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer stop()
-				other, stopOther, err := s.Watch(t.Context(), "scope", "unrelated")
+				other, stopOther, err := s.Watch(t.Context(), "scope", "unrelated-"+step.name)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -393,6 +394,9 @@ func testStore(t *testing.T, newStore func(t *testing.T) *Store) {
 		s := newStore(t)
 		subscribed(t, s)
 		const n = 1000
+		for i := range 10 {
+			claim(t, s, fmt.Sprint("k", i), "fp", "tok", base)
+		}
 		chans := make([]<-chan struct{}, n)
 		for i := range n {
 			ch, stop, err := s.Watch(t.Context(), "scope", fmt.Sprint("k", i%10))
@@ -405,10 +409,9 @@ func testStore(t *testing.T, newStore func(t *testing.T) *Store) {
 		if got := numSub(t, s); got != 1 {
 			t.Fatalf("%d subscriptions on %s for %d watches, want 1", got, s.Channel(), n)
 		}
-		if ok, err := s.Delete(t.Context(), "scope", "k3"); ok || err != nil {
+		if ok, err := s.Delete(t.Context(), "scope", "absent"); ok || err != nil {
 			t.Fatal(ok, err)
 		}
-		claim(t, s, "k3", "fp", "tok", base)
 		if ok, err := s.Delete(t.Context(), "scope", "k3"); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
