@@ -467,6 +467,7 @@ func (f *flight) end() {
 	f.ev.Total = time.Since(f.start)
 	f.e.cfg.observer(f.ctx, f.ev)
 	f.launch()
+	f.e.local.release(f)
 }
 
 // retryAfter returns the hint for a retry: the engine's, but no more than

@@ -25,9 +25,10 @@ type localKey struct{ scope, key string }
 type localFlight struct {
 	fp       string
 	leaseEnd *atomic.Int64 // the flight's lease end (Unix ns, engine clock): past it, the store decides
-	done     chan struct{} // closed once the flight has settled
+	done     chan struct{} // closed once the flight has ended
 	waiters  int           // duplicates waiting on done; under localFlights.mu
 	rec      *Record       // the completed record, set before done closes; nil when released
+	settled  bool          // finish ran; only the holding flight's goroutine touches it
 }
 
 // add registers f as the holder of its key, unless a holder is known.
@@ -57,15 +58,16 @@ func (l *localFlights) join(scope, key string, wait bool) *localFlight {
 	return lf
 }
 
-// finish ends f's hold on its key: rec, when not nil, is the record f
-// stored, handed to the duplicates waiting (its body copied, since the
-// caller's buffer does not outlive the request).
+// finish ends f's hold on its key, once: rec, when not nil, is the
+// record f stored, kept for the duplicates waiting (its body copied,
+// since the caller's buffer does not outlive the request). They wake
+// when f ends (release), after its event is reported.
 func (l *localFlights) finish(f *flight, rec *Record) {
 	lf := f.lf
-	if lf == nil {
+	if lf == nil || lf.settled {
 		return
 	}
-	f.lf = nil
+	lf.settled = true
 	l.mu.Lock()
 	if k := (localKey{f.scope, f.key}); l.m[k] == lf {
 		delete(l.m, k)
@@ -78,7 +80,15 @@ func (l *localFlights) finish(f *flight, rec *Record) {
 		rec.Response = &resp
 		lf.rec = rec
 	}
-	close(lf.done)
+}
+
+// release wakes the duplicates waiting on f, at its end.
+func (l *localFlights) release(f *flight) {
+	if lf := f.lf; lf != nil {
+		l.finish(f, nil)
+		f.lf = nil
+		close(lf.done)
+	}
 }
 
 // forget drops the hold on a key, for an eviction through this engine's
