@@ -169,7 +169,9 @@ var (
 // error wrapping ErrEvictionPolicy when Redis may evict the Store's
 // records. When Redis cannot be asked (unreachable, or CONFIG refused, as
 // managed services may), or an evicting policy is set without maxmemory,
-// New logs one warning and returns the Store; so it does when a master
+// New logs one warning and returns the Store (a Redis that is down at
+// start-up then answers 503 until it is back: a service that must not
+// start without it pings the client first, as examples/internal/app does); so it does when a master
 // has fewer replicas connected than WithReplicas asks for.
 //
 // New also finds how long a failover may take (FailoverTime), which the
