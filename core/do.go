@@ -127,6 +127,12 @@ func (e *Engine) Do(ctx context.Context, op Op, fn func(context.Context) ([]byte
 		f.ev.Outcome = OutcomeInvalidKey
 		return nil, false, err
 	}
+	if v := e.cfg.keyValidator; v != nil {
+		if err := v(op.Key); err != nil {
+			f.ev.Outcome = OutcomeInvalidKey
+			return nil, false, fmt.Errorf("%w: %w", ErrInvalidKey, err)
+		}
+	}
 	if op.Namespace == "" && e.cfg.requireNamespace {
 		f.ev.Outcome = OutcomeNoNamespace
 		return nil, false, ErrNamespaceRequired

@@ -65,6 +65,9 @@ type config struct {
 	fingerprint        func(r *http.Request, body []byte) string
 	jsonFP             *jsonConfig // WithJSONFingerprint
 	keyField           string      // WithKeyField
+	keyValidator       func(key string) error
+	globalKeys         bool            // WithGlobalKeys
+	replayAllow        map[string]bool // WithReplayedHeaders; nil: the denylist
 	release            func(status int) bool
 	observer           Observer
 	storeObserver      StoreObserver
@@ -497,4 +500,55 @@ type routeKey struct{ method, route string }
 // which know their router's template.
 func RouteFunc(fn func(*http.Request) string) RouteOption {
 	return func(p *Policy) { p.routeFunc = fn }
+}
+
+// WithKeyValidator sets a check every key must pass besides the built-in
+// rules (1 to 255 printable ASCII characters): a key fn refuses gets 400
+// invalid-key with fn's error as the detail (Do: an error wrapping
+// ErrInvalidKey). For example, UUIDs only:
+//
+//	idem.WithKeyValidator(func(k string) error {
+//		_, err := uuid.Parse(k)
+//		return err
+//	})
+//
+// Default: none.
+func WithKeyValidator(fn func(key string) error) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return badOption("nil key validator")
+		}
+		c.keyValidator = fn
+		return nil
+	}
+}
+
+// WithGlobalKeys makes a key name one request across every method and
+// route of its namespace, as Stripe's API does: the same key sent to
+// another route or with another method is refused with 422, where by
+// default it would be another key. The default fingerprint includes the
+// method and path, so it tells them apart; a WithFingerprint function
+// must too. It has no effect on Do, whose keys stay per kind and name.
+// Default: keys are scoped by method and route template.
+func WithGlobalKeys() Option {
+	return func(c *config) error { c.globalKeys = true; return nil }
+}
+
+// WithReplayedHeaders turns the stored headers into an allowlist: only
+// Content-Type, Content-Encoding, Location, ETag, Cache-Control and the
+// names given are stored and replayed (the hop-by-hop, Set-Cookie and
+// Date rules still apply). Default: every header but those the engine
+// never stores (see Response).
+func WithReplayedHeaders(names ...string) Option {
+	return func(c *config) error {
+		allow := map[string]bool{"Content-Type": true, "Content-Encoding": true, "Location": true, "Etag": true, "Cache-Control": true}
+		for _, n := range names {
+			if !validHeaderName(n) {
+				return badOption("replayed header %q is not a valid header name", n)
+			}
+			allow[http.CanonicalHeaderKey(n)] = true
+		}
+		c.replayAllow = allow
+		return nil
+	}
 }

@@ -48,10 +48,14 @@ func bodyAllowed(status int) bool {
 // (including those named in Connection), headers that middleware outside
 // the engine set and the handler left as they were (they are the current
 // request's, such as X-Request-Id), and, when the body is omitted, the
-// headers that describe the body. It returns h itself when there is
-// nothing to remove.
-func storedHeader(h, outer http.Header, replayHeader string, omitted bool) http.Header {
+// headers that describe the body; with allow (WithReplayedHeaders), also
+// without every header allow does not name. It returns h itself when
+// there is nothing to remove.
+func storedHeader(h, outer http.Header, replayHeader string, omitted bool, allow map[string]bool) http.Header {
 	drop := func(k string) bool {
+		if allow != nil && !allow[k] {
+			return true
+		}
 		switch k {
 		case "Set-Cookie", "Date", "Content-Length", "Connection", "Keep-Alive", "Proxy-Connection",
 			"Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",

@@ -92,6 +92,12 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		f.key, f.ev.key = key, key
 	}
 
+	if e.cfg.keyValidator != nil {
+		if err := e.cfg.keyValidator(f.key); err != nil {
+			x.fail(OutcomeInvalidKey, problemInvalidKey, sentence("The key is refused: "+err.Error()))
+			return
+		}
+	}
 	ns := ""
 	if e.cfg.namespace != nil {
 		ns = e.cfg.namespace(r)
@@ -101,6 +107,9 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		return
 	}
 	f.scope = Scope(ns, r.Method, route)
+	if e.cfg.globalKeys {
+		f.scope = Scope(ns, "", "") // another route or method: another fingerprint, 422
+	}
 	switch {
 	case e.cfg.fingerprint != nil:
 		f.fp = e.cfg.fingerprint(r, body)
@@ -269,7 +278,7 @@ func (x *exchange) settle(omitted bool) bool {
 	keep := c.status >= MinStatus && c.status <= MaxStatus && !e.cfg.release(c.status)
 	var resp Response
 	if keep {
-		resp = Response{Status: c.status, Header: storedHeader(c.header, x.w.Header(), e.cfg.replayHeader, omitted)}
+		resp = Response{Status: c.status, Header: storedHeader(c.header, x.w.Header(), e.cfg.replayHeader, omitted, e.cfg.replayAllow)}
 		if omitted {
 			resp.BodyOmitted = true
 		} else {
