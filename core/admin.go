@@ -88,6 +88,7 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		e.endCall(ctx, StoreDelete, err, nil)
 		if err == nil {
 			e.local.forget(scope, key) // this engine's duplicates ask the store again
+			e.cache.drop(scope, key)
 		}
 		if err != nil {
 			e.writeProblem(w, problemStore, "Deleting the record failed: "+err.Error(), seconds(e.retryAfter(0)))

@@ -19,6 +19,7 @@ type Engine struct {
 	beats    beats
 	sclock   *storeClock  // nil when the store has no Clock
 	local    localFlights // the keys this engine's requests hold (local.go)
+	cache    *replayCache // WithReplayCache; nil when off (cache.go)
 }
 
 // New returns an Engine that keeps its records in store. Every option
@@ -74,6 +75,7 @@ func New(store Store, opts ...Option) (*Engine, error) {
 	if clk, ok := store.(Clock); ok {
 		e.sclock = &storeClock{src: clk}
 	}
+	e.cache = newReplayCache(c.cacheBytes, c.cacheTTL)
 	e.bg = newBackground(e)
 	e.beats.e = e
 	e.def = e.Policy()

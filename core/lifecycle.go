@@ -80,6 +80,9 @@ func (f *flight) acquire() outcome {
 		f.ev.Outcome = OutcomeConflict
 		return outcome{verdict: inFlight, rec: &Record{State: StateInProgress, Fingerprint: f.fp, LeaseEnd: f.now}}
 	}
+	if o, ok := f.cached(); ok {
+		return o
+	}
 	if o, ok := f.local(); ok {
 		return o
 	}
@@ -175,6 +178,7 @@ func (f *flight) existing(rec *Record, waited bool) outcome {
 		if waited {
 			f.ev.Outcome = OutcomeReplayedAfterWait
 		}
+		f.e.cache.put(f.scope, f.key, rec, false) // the store's: the caller may keep it
 		return outcome{verdict: replay, rec: rec}
 	case f.e.cfg.wait > 0 && !waited:
 		return f.wait(rec)
@@ -332,6 +336,7 @@ func (f *flight) settle(resp Response, keep bool) bool {
 	if stored && f.ev.Err == nil && (f.completed || f.tx == nil && f.e.txb != nil) {
 		now := f.e.clockNow()
 		rec = &Record{Fingerprint: f.fp, State: StateCompleted, Response: &resp, CreatedAt: f.now, ExpiresAt: now.Add(f.retention)}
+		f.e.cache.put(f.scope, f.key, rec, true)
 	}
 	f.e.local.finish(f, rec)
 	return stored

@@ -76,7 +76,7 @@ func (l *localFlights) finish(f *flight, rec *Record) {
 	l.mu.Unlock()
 	if rec != nil && waiters > 0 {
 		resp := *rec.Response
-		resp.Body = bytes.Clone(resp.Body)
+		resp.Body, resp.Header = bytes.Clone(resp.Body), resp.Header.Clone()
 		rec.Response = &resp
 		lf.rec = rec
 	}

@@ -68,6 +68,8 @@ type config struct {
 	keyValidator       func(key string) error
 	globalKeys         bool            // WithGlobalKeys
 	replayAllow        map[string]bool // WithReplayedHeaders; nil: the denylist
+	cacheBytes         int64           // WithReplayCache
+	cacheTTL           time.Duration   // WithReplayCache
 	release            func(status int) bool
 	observer           Observer
 	storeObserver      StoreObserver

@@ -1,0 +1,162 @@
+package idem
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestReplayCache: with the cache on, retries of a completed request
+// replay with no store call, until the cache's TTL; another body still
+// gets the store's 422; a record in progress is never cached; an
+// eviction through this engine's admin handler is seen at once.
+func TestReplayCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestStore()
+		e, _ := newEngine(t, s, WithReplayCache(1<<20, time.Minute))
+		runs := 0
+		release := make(chan struct{})
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs++
+			if r.Header.Get("X-Block") != "" {
+				<-release
+			}
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(201)
+			w.Write([]byte("order " + r.URL.Path))
+		}))
+		if w := post(h, "/a", "k", "x"); w.Code != 201 {
+			t.Fatalf("first: %d", w.Code)
+		}
+		claims := s.count("claim")
+		for range 10 {
+			w := post(h, "/a", "k", "x")
+			if w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != "order /a" || w.Header().Get("Content-Type") != "text/plain" {
+				t.Fatalf("cached replay: %d %v %q", w.Code, w.Header(), w.Body)
+			}
+		}
+		if n := s.count("claim") - claims; n != 0 {
+			t.Errorf("10 replays made %d store claims, want 0", n)
+		}
+		if w := post(h, "/a", "k", "other"); w.Code != http.StatusUnprocessableEntity || s.count("claim") != claims+1 {
+			t.Errorf("another body: %d, want the store's 422", w.Code)
+		}
+
+		// After the TTL the store is asked again (and the record learned anew).
+		time.Sleep(time.Minute)
+		post(h, "/a", "k", "x")
+		if n := s.count("claim") - claims; n != 2 {
+			t.Errorf("after the TTL: %d claims since the first, want 2", n)
+		}
+
+		// In progress: never cached, so the retry after completion replays.
+		go func() {
+			r := httptest.NewRequest("POST", "/b", strings.NewReader("x"))
+			r.Header.Set("Idempotency-Key", "kb")
+			r.Header.Set("X-Block", "1")
+			h.ServeHTTP(httptest.NewRecorder(), r)
+		}()
+		synctest.Wait()
+		if w := post(h, "/b", "kb", "x"); w.Code != http.StatusConflict {
+			t.Errorf("in progress: %d, want 409", w.Code)
+		}
+		close(release)
+		synctest.Wait()
+		if w := post(h, "/b", "kb", "x"); w.Header().Get("Idempotent-Replayed") != "true" {
+			t.Errorf("after completion: %d, want the replay", w.Code)
+		}
+
+		// Evicted through this engine: the next retry runs again.
+		before := runs
+		code, out := adminDo(t, e.AdminHandler(), "DELETE", url.Values{"method": {"POST"}, "route": {""}, "key": {"k"}})
+		if code != 200 || out["deleted"] != true {
+			t.Fatalf("evict: %d %v", code, out)
+		}
+		if w := post(h, "/a", "k", "x"); w.Header().Get("Idempotent-Replayed") == "true" || runs != before+1 {
+			t.Errorf("after an eviction here: replayed=%q, %d new runs; want a fresh run", w.Header().Get("Idempotent-Replayed"), runs-before)
+		}
+	})
+}
+
+// TestReplayCacheBound: the cache holds at most its bytes, dropping the
+// least recently used record; a record larger than all of it is not kept.
+func TestReplayCacheBound(t *testing.T) {
+	c := newReplayCache(3000, time.Hour)
+	rec := func(n int) *Record {
+		return &Record{State: StateCompleted, Fingerprint: "f", ExpiresAt: time.Now().Add(time.Hour), Response: &Response{Status: 200, Body: []byte(strings.Repeat("x", n))}}
+	}
+	now := time.Now()
+	c.put("s", "a", rec(1000), false)
+	c.put("s", "b", rec(1000), false)
+	c.get("s", "a", now) // a is now the most recent
+	c.put("s", "c", rec(1000), false)
+	if c.get("s", "b", now) != nil || c.get("s", "a", now) == nil || c.get("s", "c", now) == nil {
+		t.Errorf("want b dropped, a and c kept")
+	}
+	if c.bytes > c.max {
+		t.Errorf("%d bytes held, over %d", c.bytes, c.max)
+	}
+	c.put("s", "big", rec(5000), false)
+	if c.get("s", "big", now) != nil {
+		t.Errorf("a record larger than the cache was kept")
+	}
+	c.put("s", "old", &Record{State: StateCompleted, Fingerprint: "f", ExpiresAt: now.Add(-time.Second), Response: &Response{Status: 200}}, false)
+	if c.get("s", "old", now) != nil {
+		t.Errorf("an expired record was replayed")
+	}
+	c.put("s", "running", &Record{State: StateInProgress, Fingerprint: "f", ExpiresAt: now.Add(time.Hour), LeaseEnd: now.Add(time.Hour)}, false)
+	if c.get("s", "running", now) != nil {
+		t.Errorf("a record in progress was cached")
+	}
+	if _, err := New(newTestStore(), WithReplayCache(0, time.Second)); !errors.Is(err, ErrBadOption) {
+		t.Errorf("zero bytes: %v", err)
+	}
+}
+
+// BenchmarkReplayCache compares a replay with the cache on, a replay
+// through the store, and the bare handler, on a 1 KiB response:
+//
+//	go test -run '^$' -bench ReplayCache -count 8 ./core | benchstat -col /path -
+func BenchmarkReplayCache(b *testing.B) {
+	body := []byte(strings.Repeat("x", 1024))
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(201)
+		w.Write(body)
+	})
+	cached, err := New(newTestStore(), WithReplayCache(1<<20, time.Hour), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain, err := New(newTestStore(), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+		key  string
+	}{
+		{"bare", handler, ""},
+		{"cache", cached.Middleware()(handler), "k"},
+		{"store", plain.Middleware()(handler), "k"},
+	} {
+		b.Run("path="+tc.name, func(b *testing.B) {
+			post(tc.h, "/", tc.key, "x") // the first request, stored
+			b.ReportAllocs()
+			for b.Loop() {
+				r := httptest.NewRequest("POST", "/", strings.NewReader("x"))
+				if tc.key != "" {
+					r.Header.Set("Idempotency-Key", tc.key)
+				}
+				tc.h.ServeHTTP(httptest.NewRecorder(), r)
+			}
+		})
+	}
+}
