@@ -2,9 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -219,4 +222,49 @@ func BenchmarkReplicasRatios(b *testing.B) {
 	b.ReportMetric(float64(median(first[0]).Nanoseconds()), "first-median-ns")
 	b.ReportMetric(float64(median(first[1]))/float64(median(first[0])), "first-replicas/first")
 	b.ReportMetric(float64(median(replay[1]))/float64(median(replay[0])), "replay-replicas/replay")
+}
+
+// BenchmarkReplayCacheRatios interleaves, through the net/http
+// middleware, a replay from Redis, a replay from the engine's replay
+// cache (idem.WithReplayCache) and the bare handler, and reports the
+// ratios of their median latencies to the bare handler's.
+func BenchmarkReplayCacheRatios(b *testing.B) {
+	client := testClient(b)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(benchResp.Body)
+	})
+	quiet := idem.WithLogger(slog.New(slog.DiscardHandler))
+	plain, err := idem.New(newTestStore(b, client), quiet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cached, err := idem.New(newTestStore(b, client), quiet, idem.WithReplayCache(1<<20, time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := []http.Handler{handler, plain.Middleware()(handler), cached.Middleware()(handler)}
+	call := func(h http.Handler) time.Duration {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{}`))
+		r.Header.Set("Idempotency-Key", "replayed")
+		t0 := time.Now()
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		return time.Since(t0)
+	}
+	for _, h := range hs[1:] {
+		call(h) // the first request, stored
+		call(h) // the cache learns it
+	}
+	lat := make([][]time.Duration, len(hs))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		for j := range hs {
+			k := (i + j) % len(hs)
+			lat[k] = append(lat[k], call(hs[k]))
+		}
+	}
+	bare := median(lat[0])
+	b.ReportMetric(float64(median(lat[1]))/float64(bare), "store-replay/bare")
+	b.ReportMetric(float64(median(lat[2]))/float64(bare), "cache-replay/bare")
 }
