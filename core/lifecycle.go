@@ -332,14 +332,21 @@ func (f *flight) settle(resp Response, keep bool) bool {
 	}
 	f.ev.Outcome = OutcomeExecuted
 	stored := f.store(resp)
-	var rec *Record
-	if stored && f.ev.Err == nil && (f.completed || f.tx == nil && f.e.txb != nil) {
-		now := f.e.clockNow()
-		rec = &Record{Fingerprint: f.fp, State: StateCompleted, Response: &resp, CreatedAt: f.now, ExpiresAt: now.Add(f.retention)}
-		f.e.cache.put(f.scope, f.key, rec, true)
+	if !stored || f.ev.Err != nil || !f.completed && (f.tx != nil || f.e.txb == nil) {
+		f.e.local.finish(f, nil) // not stored here: duplicates ask the store
+		return stored
 	}
-	f.e.local.finish(f, rec)
+	if f.e.cache != nil {
+		f.e.cache.put(f.scope, f.key, f.record(resp), true)
+	}
+	f.e.local.finish(f, &resp)
 	return stored
+}
+
+// record is the completed record f stored with resp, for the replay cache
+// and the duplicates waiting on f.
+func (f *flight) record(resp Response) *Record {
+	return &Record{Fingerprint: f.fp, State: StateCompleted, Response: &resp, CreatedAt: f.now, ExpiresAt: f.e.clockNow().Add(f.retention)}
 }
 
 // store completes the record with resp, or commits it with the

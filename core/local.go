@@ -25,7 +25,7 @@ type localKey struct{ scope, key string }
 type localFlight struct {
 	fp       string
 	leaseEnd *atomic.Int64 // the flight's lease end (Unix ns, engine clock): past it, the store decides
-	done     chan struct{} // closed once the flight has ended
+	done     chan struct{} // closed once the flight has ended; made by the first waiter
 	waiters  int           // duplicates waiting on done; under localFlights.mu
 	rec      *Record       // the completed record, set before done closes; nil when released
 	settled  bool          // finish ran; only the holding flight's goroutine touches it
@@ -42,7 +42,7 @@ func (l *localFlights) add(f *flight) {
 	if l.m == nil {
 		l.m = make(map[localKey]*localFlight)
 	}
-	f.lf = &localFlight{fp: f.fp, leaseEnd: &f.leaseEnd, done: make(chan struct{})}
+	f.lf = &localFlight{fp: f.fp, leaseEnd: &f.leaseEnd}
 	l.m[k] = f.lf
 }
 
@@ -54,15 +54,18 @@ func (l *localFlights) join(scope, key string, wait bool) *localFlight {
 	lf := l.m[localKey{scope, key}]
 	if lf != nil && wait {
 		lf.waiters++
+		if lf.done == nil {
+			lf.done = make(chan struct{}) // made for the first waiter only
+		}
 	}
 	return lf
 }
 
-// finish ends f's hold on its key, once: rec, when not nil, is the
-// record f stored, kept for the duplicates waiting (its body copied,
-// since the caller's buffer does not outlive the request). They wake
-// when f ends (release), after its event is reported.
-func (l *localFlights) finish(f *flight, rec *Record) {
+// finish ends f's hold on its key, once: resp, when not nil, is the
+// response f stored, kept for the duplicates waiting (its body and
+// headers copied, since the request's do not outlive it). They wake when
+// f ends (release), after its event is reported.
+func (l *localFlights) finish(f *flight, resp *Response) {
 	lf := f.lf
 	if lf == nil || lf.settled {
 		return
@@ -74,11 +77,10 @@ func (l *localFlights) finish(f *flight, rec *Record) {
 	}
 	waiters := lf.waiters
 	l.mu.Unlock()
-	if rec != nil && waiters > 0 {
-		resp := *rec.Response
-		resp.Body, resp.Header = bytes.Clone(resp.Body), resp.Header.Clone()
-		rec.Response = &resp
-		lf.rec = rec
+	if resp != nil && waiters > 0 {
+		cp := *resp
+		cp.Body, cp.Header = bytes.Clone(cp.Body), cp.Header.Clone()
+		lf.rec = f.record(cp)
 	}
 }
 
@@ -87,7 +89,11 @@ func (l *localFlights) release(f *flight) {
 	if lf := f.lf; lf != nil {
 		l.finish(f, nil)
 		f.lf = nil
-		close(lf.done)
+		// No one joins once finish has removed the key, so done is read
+		// here after the last waiter made it, under l.mu.
+		if lf.done != nil {
+			close(lf.done)
+		}
 	}
 }
 
