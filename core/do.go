@@ -116,95 +116,44 @@ const (
 //	op := idem.Op{Kind: "nats", Name: "orders", Key: msgID, Fingerprint: idem.Fingerprint("nats", "orders", data)}
 //	receipt, replayed, err := engine.Do(ctx, op, func(ctx context.Context) ([]byte, error) { return charge(ctx, data) })
 func (e *Engine) Do(ctx context.Context, op Op, fn func(context.Context) ([]byte, error)) (value []byte, replayed bool, err error) {
-	f := &flight{e: e, ctx: ctx, start: time.Now()}
-	f.ev.Method, f.ev.Route, f.ev.key = op.Kind, op.Name, op.Key
-	defer f.end()
-	if op.Key == "" {
-		f.ev.Outcome = OutcomeMissingKey
-		return nil, false, ErrMissingKey
-	}
-	if err := checkKey(op.Key); err != nil {
-		f.ev.Outcome = OutcomeInvalidKey
+	var c Call
+	resp, err := c.start(e, ctx, op)
+	if resp != nil || err != nil {
+		c.end()
+		if resp != nil {
+			return decodeResult(resp)
+		}
 		return nil, false, err
 	}
-	if v := e.cfg.keyValidator; v != nil {
-		if err := v(op.Key); err != nil {
-			f.ev.Outcome = OutcomeInvalidKey
-			return nil, false, fmt.Errorf("%w: %w", ErrInvalidKey, err)
-		}
-	}
-	if op.Namespace == "" && e.cfg.requireNamespace {
-		f.ev.Outcome = OutcomeNoNamespace
-		return nil, false, ErrNamespaceRequired
-	}
-	f.scope = Scope(op.Namespace, op.Kind, op.Name)
-	f.key, f.fp, f.token = op.Key, op.Fingerprint, newToken()
-	f.retention = e.cfg.retention
-	if op.Retention > 0 {
-		f.retention = min(op.Retention, MaxLifetime)
-	}
-	f.lease = min(e.cfg.lease, f.retention)
-
-	o := f.acquire()
-	switch o.verdict {
-	case replay:
-		return decodeResult(o.rec.Response)
-	case mismatch:
-		return nil, false, ErrMismatch
-	case inFlight:
-		return nil, false, &RetryError{Err: inFlightErr(f.ev.Err), After: f.retryAfter(o.rec)}
-	case canceled:
-		return nil, false, o.err
-	case failed:
-		if e.cfg.failOpen {
-			f.ev.FailedOpen = true
-			v, err := fn(ctx)
-			return v, false, err
-		}
-		return nil, false, &RetryError{Err: fmt.Errorf("%w: %w", ErrStoreFailure, o.err), After: e.retryAfter(0)}
-	}
-	if err := f.begin(); err != nil {
-		switch f.ev.Outcome {
-		case OutcomeCanceled:
-			return nil, false, ctx.Err()
-		case OutcomeConflict:
-			return nil, false, &RetryError{Err: ErrInFlight, After: e.retryAfter(0)}
-		}
-		return nil, false, &RetryError{Err: fmt.Errorf("%w: %w", ErrStoreFailure, err), After: e.retryAfter(0)}
-	}
-	done := false
-	defer func() {
-		if !done {
-			f.abort() // fn panicked: release, and let the panic go on
-		}
-	}()
-	hstart := time.Now()
-	value, err = fn(f.runContext(ctx))
-	f.ev.Handler = time.Since(hstart)
-	done = true
+	defer c.Release() // fn panicked: release, and let the panic go on
+	value, err = fn(c.Context(ctx))
 	var final *FinalError
 	switch {
 	case err == nil:
-		if !f.settle(Response{Status: statusValue, Body: value}, true) {
-			return nil, false, f.commitFailed()
+		if err := c.Complete(Response{Status: statusValue, Body: value}); err != nil {
+			return nil, false, err
 		}
 		return value, false, nil
 	case errors.As(err, &final):
-		if !f.settle(Response{Status: statusFinal, Body: []byte(final.Err.Error())}, true) {
-			return nil, false, f.commitFailed()
+		if err := c.Complete(Response{Status: statusFinal, Body: []byte(final.Err.Error())}); err != nil {
+			return nil, false, err
 		}
 		return nil, false, err
 	}
-	f.settle(Response{}, false)
+	c.Release()
 	return nil, false, err
 }
+
+// errCommit marks an ErrStoreFailure whose cause is a failed commit of
+// the exactly-once transaction.
+var errCommit = errors.New("committing the transaction with the result failed")
 
 // commitFailed is Do's error for an exactly-once commit that failed: the
 // result was not kept, the key is released, and a retry learns the
 // outcome.
 func (f *flight) commitFailed() error {
 	return &RetryError{
-		Err:   fmt.Errorf("%w: committing the transaction with the result: %w", ErrStoreFailure, f.ev.Err),
+		Err:   fmt.Errorf("%w: %w: %w", ErrStoreFailure, errCommit, f.ev.Err),
 		After: f.e.retryAfter(0),
 	}
 }

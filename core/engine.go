@@ -138,6 +138,25 @@ func (e *Engine) Policy(opts ...RouteOption) *Policy {
 	return p
 }
 
+// Route is what a policy decides for one route, for adapters that run
+// the lifecycle themselves (Start): whether a request is protected, whether
+// it must carry a key, and how long its result is replayed.
+type Route struct {
+	Protected bool // the engine protects the method and the route is not marked Skip
+	Required  bool // a request without a key is refused (400), not run unprotected
+	Retention time.Duration
+}
+
+// Route returns p's decision for method on the route template route, with
+// any ForRoute override for it applied. RouteFunc has no effect here: the
+// adapter names the route.
+func (p *Policy) Route(method, route string) Route {
+	if q, ok := p.compiled[routeKey{method, route}]; ok {
+		p = q
+	}
+	return Route{Protected: p.e.Protects(method) && !p.skip, Required: p.required, Retention: p.retention}
+}
+
 // Serve runs next for r under the engine's default policy; see
 // Policy.Serve.
 func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {

@@ -1,9 +1,12 @@
 package idem
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // problem is an RFC 9457 problem details object.
@@ -31,6 +34,16 @@ var (
 	problemInvalidJSON    = problemKind{"invalid-json", http.StatusBadRequest, "Request body is not valid JSON"}
 )
 
+// The details of the problems whose answer does not depend on the request.
+const (
+	detailMismatch    = "This key was already used with a different path, query or body. Use a new key for a new request."
+	detailConflict    = "A request with this key is still being processed; retry later."
+	detailStore       = "The idempotency store failed or did not answer in time; retry with the same key."
+	detailCommit      = "The transaction holding the request's changes and its stored response failed to commit; retry with the same key to learn the outcome."
+	detailCanceled    = "The request was canceled before it was claimed."
+	detailNoNamespace = "The request carries no client identity to scope its idempotency key. Authenticate; if you did, the server mounts idem before its authentication middleware."
+)
+
 type problemKind struct {
 	name   string
 	status int
@@ -50,4 +63,62 @@ func (e *Engine) writeProblem(w http.ResponseWriter, k problemKind, detail strin
 	}
 	w.WriteHeader(k.status)
 	_, _ = w.Write(body)
+}
+
+// Problem is an RFC 9457 problem details answer, as the net/http
+// middleware sends them, for transports that write their own responses.
+type Problem struct {
+	Type   string // the engine's problem type base (WithProblemTypeBase) and the problem's name
+	Title  string
+	Status int
+	Detail string
+	// RetryAfter, when positive, is sent as the Retry-After header: whole
+	// seconds before a retry with the same key can succeed.
+	RetryAfter int
+}
+
+// JSON returns p's body, to send as application/problem+json (with
+// Cache-Control: no-store, as the middleware does).
+func (p Problem) JSON() []byte {
+	body, _ := json.Marshal(problem{Type: p.Type, Title: p.Title, Status: p.Status, Detail: p.Detail})
+	return body
+}
+
+// Problem returns the HTTP answer to an error from Start or Finish (or
+// Do): 400 for ErrMissingKey and ErrInvalidKey, 403 for
+// ErrNamespaceRequired, 422 for ErrMismatch, 409 for ErrInFlight, 503 for
+// ErrStoreFailure (commit-failed when a transaction's commit failed), 499
+// for a canceled context, and 400 for ErrInvalidJSON. ok is false for any
+// other error, which is the transport's own.
+func (e *Engine) Problem(err error) (p Problem, ok bool) {
+	var k problemKind
+	var detail string
+	retry := 0
+	var re *RetryError
+	if errors.As(err, &re) {
+		retry = seconds(re.After)
+	}
+	switch {
+	case errors.Is(err, ErrMissingKey):
+		k, detail = problemMissingKey, "Send an "+e.cfg.keyHeader+" header with a unique key, such as a UUID."
+	case errors.Is(err, ErrInvalidKey):
+		k, detail = problemInvalidKey, sentence(strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": "))
+	case errors.Is(err, ErrNamespaceRequired):
+		k, detail = problemNoNamespace, detailNoNamespace
+	case errors.Is(err, ErrMismatch):
+		k, detail = problemMismatch, detailMismatch
+	case errors.Is(err, ErrInFlight):
+		k, detail = problemConflict, detailConflict
+	case errors.Is(err, errCommit):
+		k, detail = problemCommit, detailCommit
+	case errors.Is(err, ErrStoreFailure):
+		k, detail = problemStore, detailStore
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		k, detail = problemCanceled, detailCanceled
+	case errors.Is(err, ErrInvalidJSON):
+		k, detail = problemInvalidJSON, sentence(strings.TrimPrefix(err.Error(), "idem: "))
+	default:
+		return Problem{}, false
+	}
+	return Problem{Type: e.cfg.problemBase + k.name, Title: k.title, Status: k.status, Detail: detail, RetryAfter: retry}, true
 }

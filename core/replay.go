@@ -126,3 +126,23 @@ func (r Response) WithoutBody() Response {
 	}
 	return out
 }
+
+// ReplayHeader returns the headers a replay of resp sends, for transports
+// that write their own responses: resp's stored headers, the replay
+// marker (WithReplayHeader) set to "true", Idempotent-Body-Omitted when
+// the body was not kept, and Content-Length when the status has a body.
+// The result is a new map; resp is not changed.
+func (e *Engine) ReplayHeader(resp *Response) http.Header {
+	h := make(http.Header, len(resp.Header)+3)
+	for k, v := range resp.Header {
+		h[k] = slices.Clone(v)
+	}
+	h.Set(e.cfg.replayHeader, "true")
+	if resp.BodyOmitted {
+		h.Set(HeaderBodyOmitted, "true")
+	}
+	if bodyAllowed(resp.Status) {
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	}
+	return h
+}

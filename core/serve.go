@@ -103,7 +103,7 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		ns = e.cfg.namespace(r)
 	}
 	if ns == "" && e.cfg.requireNamespace {
-		x.fail(OutcomeNoNamespace, problemNoNamespace, "The request carries no client identity to scope its idempotency key. Authenticate; if you did, the server mounts idem before its authentication middleware.")
+		x.fail(OutcomeNoNamespace, problemNoNamespace, detailNoNamespace)
 		return
 	}
 	f.scope = Scope(ns, r.Method, route)
@@ -140,14 +140,14 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		f.ev.Status = resp.Status
 		e.replay(w, resp)
 	case mismatch:
-		x.problem(problemMismatch, "This key was already used with a different path, query or body. Use a new key for a new request.", 0)
+		x.problem(problemMismatch, detailMismatch, 0)
 	case inFlight:
-		x.problem(problemConflict, "A request with this key is still being processed; retry later.", seconds(f.retryAfter(o.rec)))
+		x.problem(problemConflict, detailConflict, seconds(f.retryAfter(o.rec)))
 	case failed:
 		x.storeFailure()
 	case canceled:
 		// The client is gone; the answer is for the log of any proxy.
-		x.problem(problemCanceled, "The request was canceled before it was claimed.", 0)
+		x.problem(problemCanceled, detailCanceled, 0)
 	}
 }
 
@@ -193,7 +193,7 @@ func (x *exchange) storeFailure() {
 		x.f.ev.Status = sw.status
 		return
 	}
-	x.problem(problemStore, "The idempotency store failed or did not answer in time; retry with the same key.", seconds(e.retryAfter(0)))
+	x.problem(problemStore, detailStore, seconds(e.retryAfter(0)))
 }
 
 // execute runs the handler under the claim this request holds.
@@ -202,9 +202,9 @@ func (x *exchange) execute() {
 	if f.begin() != nil {
 		switch f.ev.Outcome {
 		case OutcomeCanceled:
-			x.problem(problemCanceled, "The request was canceled before it was claimed.", 0)
+			x.problem(problemCanceled, detailCanceled, 0)
 		case OutcomeConflict:
-			x.problem(problemConflict, "A request with this key is still being processed; retry later.", seconds(e.retryAfter(0)))
+			x.problem(problemConflict, detailConflict, seconds(e.retryAfter(0)))
 		default:
 			x.storeFailure()
 		}
@@ -286,7 +286,7 @@ func (x *exchange) settle(omitted bool) bool {
 		}
 	}
 	if !f.settle(resp, keep) {
-		x.problem(problemCommit, "The transaction holding the request's changes and its stored response failed to commit; retry with the same key to learn the outcome.", seconds(e.retryAfter(0)))
+		x.problem(problemCommit, detailCommit, seconds(e.retryAfter(0)))
 		return false
 	}
 	return true
