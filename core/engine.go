@@ -138,23 +138,25 @@ func (e *Engine) Policy(opts ...RouteOption) *Policy {
 	return p
 }
 
-// Route is what a policy decides for one route, for adapters that run
-// the lifecycle themselves (Start): whether a request is protected, whether
-// it must carry a key, and how long its result is replayed.
+// Route is what a policy decides for one route or operation, for
+// transports that run the lifecycle themselves (Start): whether it is
+// protected at all, whether a call must carry a key, and how long its
+// result is replayed. An HTTP transport also asks Engine.Protects for the
+// method.
 type Route struct {
-	Protected bool // the engine protects the method and the route is not marked Skip
-	Required  bool // a request without a key is refused (400), not run unprotected
+	Skip      bool // marked Skip: calls run unprotected
+	Required  bool // a call without a key is refused (400), not run unprotected
 	Retention time.Duration
 }
 
-// Route returns p's decision for method on the route template route, with
-// any ForRoute override for it applied. RouteFunc has no effect here: the
-// adapter names the route.
+// Route returns p's decision for method and route (a route template, or
+// a gRPC full method), with any ForRoute override for the pair applied.
+// RouteFunc has no effect here: the transport names the route.
 func (p *Policy) Route(method, route string) Route {
 	if q, ok := p.compiled[routeKey{method, route}]; ok {
 		p = q
 	}
-	return Route{Protected: p.e.Protects(method) && !p.skip, Required: p.required, Retention: p.retention}
+	return Route{Skip: p.skip, Required: p.required, Retention: p.retention}
 }
 
 // Serve runs next for r under the engine's default policy; see
