@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -130,4 +131,40 @@ func BenchmarkMismatch(b *testing.B) {
 	r.Header.Set("Idempotency-Key", "same")
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	serve(b, h, func(int) string { return "same" }, reqJSON)
+}
+
+// doEngine is an engine for Engine.Do, the lifecycle without HTTP.
+func doEngine(b *testing.B) *idem.Engine {
+	s := memstore.New(memstore.WithMaxEntries(10_000_000))
+	b.Cleanup(func() { s.Close() })
+	e, err := idem.New(s, idem.WithObserver(idem.SlogObserver(slog.New(slog.DiscardHandler))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+func BenchmarkDoFirst(b *testing.B) {
+	e := doEngine(b)
+	op := idem.Op{Kind: "bench", Name: "orders", Fingerprint: "fp"}
+	fn := func(context.Context) ([]byte, error) { return reqJSON, nil }
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		op.Key = keys[i%len(keys)]
+		if _, _, err := e.Do(b.Context(), op, fn); err != nil && i < len(keys) {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDoReplay(b *testing.B) {
+	e := doEngine(b)
+	op := idem.Op{Kind: "bench", Name: "orders", Key: "same", Fingerprint: "fp"}
+	fn := func(context.Context) ([]byte, error) { return reqJSON, nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := e.Do(b.Context(), op, fn); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
