@@ -83,6 +83,7 @@ func (c *Call) start(e *Engine, ctx context.Context, op Op) (*Response, error) {
 		}
 		return nil, &RetryError{Err: fmt.Errorf("%w: %w", ErrStoreFailure, err), After: e.retryAfter(0)}
 	}
+	f.to(running, nil)
 	c.open, c.run = true, time.Now()
 	return nil, nil
 }
@@ -175,7 +176,11 @@ func (c *Call) settle(resp Response, keep bool) error {
 		return nil
 	}
 	c.open = false
-	if !c.f.settle(resp, keep) {
+	var answer *Response
+	if keep {
+		answer = &resp
+	}
+	if !c.f.to(settled, answer) {
 		return c.f.commitFailed()
 	}
 	return nil

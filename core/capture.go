@@ -21,18 +21,20 @@ import (
 // stores status and headers with the body omitted (or releases the key),
 // and the rest streams through.
 type capture struct {
-	w        http.ResponseWriter
-	max      int
-	status   int         // final status, 0 until written
-	header   http.Header // the handler's headers, frozen once the status is written
-	late     http.Header // what Header returns after the status was written
-	buf      *bytes.Buffer
-	x        *exchange
-	direct   bool // committed: writes go to w
-	discard  bool // a failed commit was answered: writes fail
-	hijacked bool
-	abandon  bool // Abandon: release, send nothing
+	w      http.ResponseWriter
+	max    int
+	status int         // final status, 0 until written
+	header http.Header // the handler's headers, frozen once the status is written
+	late   http.Header // what Header returns after the status was written
+	buf    *bytes.Buffer
+	x      *exchange // its flight's state says where the response is going
 }
+
+// The response's course, from the flight's state (lifecycle.go).
+func (c *capture) direct() bool   { return c.x.f.st == streaming || c.x.f.st == discarding } // writes go to w
+func (c *capture) discard() bool  { return c.x.f.st == discarding }                          // a failed commit was answered: writes fail
+func (c *capture) hijacked() bool { return c.x.f.st == hijacked }
+func (c *capture) abandon() bool  { return c.x.f.st == abandoning } // Abandon: release, send nothing
 
 // errAbandoned is what writes return after a failed exactly-once commit was
 // answered with 500 in the middle of a streamed response.
@@ -70,7 +72,7 @@ func (c *capture) WriteHeader(status int) {
 		// As net/http does; the engine releases the key on the panic.
 		panic(fmt.Sprintf("invalid WriteHeader code %v", status))
 	}
-	if c.status != 0 || c.hijacked || c.abandon {
+	if c.status != 0 || c.hijacked() || c.abandon() {
 		return
 	}
 	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
@@ -99,10 +101,10 @@ func (c *capture) WriteHeader(status int) {
 }
 
 func (c *capture) Write(p []byte) (int, error) {
-	if c.hijacked {
+	if c.hijacked() {
 		return 0, http.ErrHijacked
 	}
-	if c.abandon {
+	if c.abandon() {
 		return 0, errAbandonedByHandler
 	}
 	if c.status == 0 {
@@ -111,20 +113,20 @@ func (c *capture) Write(p []byte) (int, error) {
 	if !bodyAllowed(c.status) {
 		return 0, http.ErrBodyNotAllowed
 	}
-	if !c.direct && c.buf.Len()+len(p) > c.max {
+	if !c.direct() && c.buf.Len()+len(p) > c.max {
 		c.startStreaming()
 	}
-	if c.discard {
+	if c.discard() {
 		return 0, errAbandoned
 	}
-	if c.direct {
+	if c.direct() {
 		return c.w.Write(p)
 	}
 	return c.buf.Write(p)
 }
 
 func (c *capture) WriteString(s string) (int, error) {
-	if c.status != 0 && !c.direct && !c.hijacked && !c.abandon && bodyAllowed(c.status) && c.buf.Len()+len(s) <= c.max {
+	if c.status != 0 && !c.direct() && !c.hijacked() && !c.abandon() && bodyAllowed(c.status) && c.buf.Len()+len(s) <= c.max {
 		return c.buf.WriteString(s)
 	}
 	return c.Write([]byte(s))
@@ -139,35 +141,35 @@ func (c *capture) ReadFrom(r io.Reader) (int64, error) {
 // Flush starts streaming: a handler that flushes wants the client to see
 // bytes now, so the record is completed without the body first.
 func (c *capture) Flush() {
-	if c.hijacked || c.abandon {
+	if c.hijacked() || c.abandon() {
 		return
 	}
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
-	if !c.direct {
+	if !c.direct() {
 		c.startStreaming()
 	}
-	if !c.discard {
+	if !c.discard() {
 		_ = http.NewResponseController(c.w).Flush()
 	}
 }
 
 // FlushError is Flush for http.ResponseController.
 func (c *capture) FlushError() error {
-	if c.hijacked {
+	if c.hijacked() {
 		return http.ErrHijacked
 	}
-	if c.abandon {
+	if c.abandon() {
 		return errAbandonedByHandler
 	}
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
-	if !c.direct {
+	if !c.direct() {
 		c.startStreaming()
 	}
-	if c.discard {
+	if c.discard() {
 		return errAbandoned
 	}
 	return http.NewResponseController(c.w).Flush()
@@ -176,15 +178,14 @@ func (c *capture) FlushError() error {
 // Hijack releases the key (the response cannot be stored) and hands the
 // connection over.
 func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	if c.direct && c.status != 0 {
+	if c.direct() && c.status != 0 {
 		return nil, nil, errors.New("idem: hijack after the response started")
 	}
 	conn, rw, err := http.NewResponseController(c.w).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
-	if !c.hijacked {
-		c.hijacked = true
+	if !c.hijacked() {
 		c.x.onHijack()
 	}
 	return conn, rw, nil
@@ -198,10 +199,10 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // w does not belong to a protected request or the response has started.
 func Abandon(w http.ResponseWriter) bool {
 	c := findCapture(w)
-	if c == nil || c.status != 0 || c.direct || c.hijacked {
+	if c == nil || c.status != 0 || c.direct() || c.hijacked() {
 		return false
 	}
-	c.abandon = true
+	c.x.f.to(abandoning, nil)
 	return true
 }
 
@@ -238,11 +239,9 @@ func (c *capture) sniff() {
 // startStreaming commits the response: the engine decides store or
 // release, then the headers and buffered bytes go out.
 func (c *capture) startStreaming() {
-	c.direct = true
 	c.sniff()
-	if !c.x.commitStream() {
-		c.discard = true
-		return
+	if !c.x.settle(streaming) {
+		return // discarding
 	}
 	c.sendHead(-1)
 	if c.buf.Len() > 0 {

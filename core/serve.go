@@ -210,95 +210,81 @@ func (x *exchange) execute() {
 		}
 		return
 	}
+	f.to(running, nil)
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	x.cw = capture{w: x.w, max: e.cfg.maxResponseBody, buf: buf, x: x}
-	c := &x.cw
-	r := x.r
+	x.run()
+	if buf.Cap() <= 64<<10 {
+		bufPool.Put(buf)
+	}
+}
+
+// run calls the handler with the capture, and settles what it leaves.
+func (x *exchange) run() {
+	f, c, r := &x.f, &x.cw, x.r
 	if f.tx != nil {
 		r = r.WithContext(f.tx.Context(r.Context()))
 	}
 	hstart := time.Now()
 	finished := false
 	defer func() {
-		if finished {
-			return
+		if !finished {
+			// The handler panicked: release the key and let the panic go on.
+			f.ev.Handler = time.Since(hstart)
+			f.to(aborted, nil)
 		}
-		// The handler panicked: release the key and let the panic go on.
-		f.ev.Handler = time.Since(hstart)
-		switch {
-		case c.hijacked:
-		case !c.direct, f.pending != nil:
-			f.abort()
-		case f.completed:
-			// The stream had started and its record was completed (not in
-			// a transaction, whose writes did commit): the client saw a
-			// truncated response, so the record must go.
-			f.evict()
-		}
-		f.rollback()
-		f.ev.Outcome = OutcomeReleased
 	}()
 	x.next.ServeHTTP(c, r)
 	finished = true
 	f.ev.Handler = time.Since(hstart)
-	if buf.Cap() <= 64<<10 {
-		defer bufPool.Put(buf)
-	}
-	switch {
-	case c.hijacked:
-		// Released when the connection was taken.
-	case c.abandon:
-		f.abort()
-	case c.direct:
-		// Streamed: stored or released when it started.
-		if !c.discard {
-			c.sendTrailers()
-		}
-	default:
+	switch f.st {
+	case abandoning:
+		f.to(aborted, nil)
+	case streaming:
+		c.sendTrailers() // stored or released when it started
+	case running:
 		if c.status == 0 {
 			c.WriteHeader(http.StatusOK)
 		}
 		c.sniff()
-		if x.settle(false) {
+		if x.settle(settled) {
 			c.send()
 		}
 	}
+	// hijacked: released when the connection was taken; discarding:
+	// answered when the commit failed.
 }
 
-// settle stores the captured response or releases the key, by the
-// release rule; omitted marks a streamed response whose body is not kept.
-// It returns false when a failed transaction commit was answered with 500
-// instead of the response.
-func (x *exchange) settle(omitted bool) bool {
+// settle moves the flight to next (settled, or streaming for a response
+// that starts before the handler returned): the captured response is
+// stored, or the key released by the release rule. It returns false
+// when a failed transaction commit was answered with 503 instead of the
+// response.
+func (x *exchange) settle(next state) bool {
 	e, f, c := x.p.e, &x.f, &x.cw
 	f.ev.Status = c.status
 	// Statuses outside MinStatus..MaxStatus (a 101 without a hijack, a
 	// 7xx) cannot be replayed: never stored.
-	keep := c.status >= MinStatus && c.status <= MaxStatus && !e.cfg.release(c.status)
-	var resp Response
-	if keep {
-		resp = Response{Status: c.status, Header: storedHeader(c.header, x.w.Header(), e.cfg.replayHeader, omitted, e.cfg.replayAllow)}
+	var resp *Response
+	if c.status >= MinStatus && c.status <= MaxStatus && !e.cfg.release(c.status) {
+		omitted := next == streaming
+		resp = &Response{Status: c.status, Header: storedHeader(c.header, x.w.Header(), e.cfg.replayHeader, omitted, e.cfg.replayAllow)}
 		if omitted {
 			resp.BodyOmitted = true
 		} else {
 			resp.Body = c.buf.Bytes()
 		}
 	}
-	if !f.settle(resp, keep) {
+	if !f.to(next, resp) {
 		x.problem(problemCommit, detailCommit, seconds(e.retryAfter(0)))
 		return false
 	}
 	return true
 }
 
-// commitStream decides store or release for a response that starts
-// streaming before the handler returned. It returns false when the
-// response must be abandoned (a failed commit was answered with 500).
-func (x *exchange) commitStream() bool { return x.settle(true) }
-
 // onHijack releases the claim before the connection is handed over.
-func (x *exchange) onHijack() { x.f.abort() }
+func (x *exchange) onHijack() { x.f.to(hijacked, nil) }
 
 var errBodyTooLarge = errors.New("idem: request body too large")
 

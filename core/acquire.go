@@ -1,0 +1,231 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// This file is the first half of the lifecycle: acquire claims the key,
+// or finds what holds it and decides (replay, mismatch, in flight),
+// waiting in wait mode.
+
+// verdict is what acquire found.
+type verdict uint8
+
+const (
+	acquired verdict = iota + 1 // this flight holds the claim
+	replay                      // a completed record for the same request: f.rec
+	mismatch                    // the key belongs to another request
+	inFlight                    // another flight holds the key: f.rec; retry after retryAfter
+	failed                      // the store failed: f.err
+	canceled                    // the caller's context ended first: f.err
+)
+
+// outcome of acquire, with what the caller answers from.
+type outcome struct {
+	verdict verdict
+	rec     *Record
+	err     error
+}
+
+// acquire claims the key or finds what holds it, waiting in wait mode.
+// It sets the event's outcome for every verdict but acquired.
+func (f *flight) acquire() outcome {
+	if f.e.bg.completing(f.scope, f.key) {
+		// This process ran the key and still holds its result, retrying
+		// the completion in the background: never run it again beside it.
+		f.ev.Outcome = OutcomeConflict
+		return outcome{verdict: inFlight, rec: &Record{State: StateInProgress, Fingerprint: f.fp, LeaseEnd: f.now}}
+	}
+	if o, ok := f.cached(); ok {
+		return o
+	}
+	if o, ok := f.local(); ok {
+		return o
+	}
+	o := f.acquireStore()
+	if o.verdict == acquired {
+		f.e.local.add(f)
+	}
+	return o
+}
+
+// acquireStore is acquire's store part: claim, confirm, or decide from
+// the record that holds the key.
+func (f *flight) acquireStore() outcome {
+	res, err := f.claim()
+	if err != nil {
+		return f.storeFailure(err)
+	}
+	if res.Acquired {
+		return f.confirm()
+	}
+	return f.existing(res.Existing, false)
+}
+
+// confirm checks a claim whose answer came late: when the Claim call took
+// so long that the lease it set may have run out before the answer
+// arrived (the process was stopped, the store stalled), another request
+// may have taken the key over meanwhile, so the claim is extended, token
+// checked, before the work runs.
+func (f *flight) confirm() outcome {
+	e := f.e
+	now := e.clockNow()
+	if now.Before(f.now.Add(f.lease - f.lease/3)) {
+		return outcome{verdict: acquired}
+	}
+	if e.extender == nil {
+		f.release()
+		return f.storeFailure(errors.New("idem: the claim's answer came after its lease had nearly run out, and the store cannot extend it"))
+	}
+	ctx := f.storeCall(false)
+	err := e.extender.Extend(ctx, f.scope, f.key, f.token, now, now.Add(f.lease))
+	e.endCall(ctx, StoreExtend, err, &f.ev.Claim)
+	switch {
+	case err == nil:
+		f.leaseEnd.Store(now.Add(f.lease).UnixNano())
+		return outcome{verdict: acquired}
+	case errors.Is(err, ErrLeaseLost):
+		f.ev.Outcome, f.ev.Err = OutcomeConflict, err
+		return outcome{verdict: inFlight, rec: &Record{State: StateInProgress, Fingerprint: f.fp, LeaseEnd: now}}
+	}
+	f.releaseLater()
+	return f.storeFailure(err)
+}
+
+// claim makes one Claim call with a fresh token.
+func (f *flight) claim() (ClaimResult, error) {
+	e := f.e
+	now, err := e.now(f.ctx)
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("idem: reading the store's clock: %w", err)
+	}
+	f.now = now
+	leaseEnd := f.now.Add(f.lease)
+	f.leaseEnd.Store(leaseEnd.UnixNano())
+	ctx := f.storeCall(false)
+	res, err := e.store.Claim(ctx, Claim{
+		Scope: f.scope, Key: f.key, Fingerprint: f.fp, Token: f.token,
+		Now: f.now, LeaseEnd: leaseEnd,
+	})
+	e.endCall(ctx, StoreClaim, err, &f.ev.Claim)
+	if err == nil && !res.Acquired && res.Existing == nil {
+		err = fmt.Errorf("idem: %T.Claim returned neither a claim nor the existing record", e.store)
+	}
+	if err != nil {
+		// The claim may have landed although its answer did not (a
+		// timeout): release it in the background, token-checked.
+		f.releaseLater()
+	}
+	return res, err
+}
+
+// existing decides from a record that blocked the claim. waited marks a
+// decision made after waiting.
+func (f *flight) existing(rec *Record, waited bool) outcome {
+	switch {
+	case rec.Fingerprint != f.fp:
+		f.ev.Outcome = OutcomeFingerprintMismatch
+		return outcome{verdict: mismatch, rec: rec}
+	case rec.State == StateCompleted:
+		if err := rec.Check(); err != nil {
+			return f.storeFailure(fmt.Errorf("idem: %T returned a record it cannot have written: %w", f.e.store, err))
+		}
+		f.ev.Outcome = OutcomeReplayed
+		if waited {
+			f.ev.Outcome = OutcomeReplayedAfterWait
+		}
+		f.e.cache.put(f.scope, f.key, rec, false) // the store's: the caller may keep it
+		return outcome{verdict: replay, rec: rec}
+	case f.e.cfg.wait > 0 && !waited:
+		return f.wait(rec)
+	}
+	f.ev.Outcome = OutcomeConflict
+	if waited {
+		f.ev.Outcome = OutcomeWaitTimeout
+	}
+	return outcome{verdict: inFlight, rec: rec}
+}
+
+// storeFailure reports a store call that failed before the work ran: a
+// store failure, or, when the caller's context ended meanwhile (the
+// client hung up), a cancellation, which is not the store's fault and
+// never runs the work unprotected.
+func (f *flight) storeFailure(err error) outcome {
+	if cerr := f.ctx.Err(); cerr != nil {
+		f.ev.Outcome, f.ev.Err = OutcomeCanceled, fmt.Errorf("%w (the store call ended with: %w)", cerr, err)
+		return outcome{verdict: canceled, err: cerr}
+	}
+	f.ev.Outcome, f.ev.Err = OutcomeStoreFailure, err
+	return outcome{verdict: failed, err: err}
+}
+
+// retryAfter is the hint a caller gets with an in-flight verdict.
+func (f *flight) retryAfter(rec *Record) time.Duration {
+	return f.e.retryAfter(rec.LeaseEnd.Sub(f.now))
+}
+
+// wait waits for the claim that holds the key to finish, then claims
+// again: a replay, this flight's own claim (the first released), or, when
+// the wait limit or the caller's context ends first, in flight.
+func (f *flight) wait(rec *Record) outcome {
+	e := f.e
+	wstart := time.Now()
+	defer func() { f.ev.Waited = time.Since(wstart) }()
+	deadline := time.NewTimer(e.cfg.wait)
+	defer deadline.Stop()
+	wctx, cancel := context.WithTimeout(f.ctx, e.cfg.wait)
+	defer cancel()
+	backoff := 10 * time.Millisecond
+	// One watch serves until it fires: a store may write to register it
+	// (pgxstore marks the record), so a poll that finds nothing keeps it.
+	var wake <-chan struct{}
+	stop := func() {}
+	defer func() { stop() }()
+	for {
+		if wake == nil && e.notifier != nil {
+			if ch, s, err := e.notifier.Watch(wctx, f.scope, f.key); err == nil {
+				wake, stop = ch, s
+			}
+		}
+		// Look again now that the watch is in place, so a completion that
+		// happened before it is not missed.
+		res, err := f.claim()
+		switch {
+		case err != nil && f.ctx.Err() != nil:
+			return f.storeFailure(err) // canceled
+		case err != nil:
+			// The key is known to be in flight: never run unprotected
+			// beside it, even with fail open.
+			f.ev.Err = err
+			f.ev.Outcome = OutcomeWaitTimeout
+			return outcome{verdict: inFlight, rec: rec}
+		case res.Acquired:
+			return outcome{verdict: acquired}
+		}
+		rec = res.Existing
+		if rec.State != StateInProgress || rec.Fingerprint != f.fp {
+			return f.existing(rec, true)
+		}
+		poll := time.NewTimer(backoff)
+		select {
+		case <-wake:
+			stop()
+			wake, stop = nil, func() {}
+		case <-poll.C:
+			backoff = min(backoff*2, 500*time.Millisecond)
+		case <-deadline.C:
+			poll.Stop()
+			return f.existing(rec, true)
+		case <-f.ctx.Done():
+			poll.Stop()
+			f.ev.Err = f.ctx.Err()
+			f.ev.Outcome = OutcomeCanceled
+			return outcome{verdict: canceled, err: f.ctx.Err()}
+		}
+		poll.Stop()
+	}
+}
+
