@@ -228,4 +228,3 @@ func (f *flight) wait(rec *Record) outcome {
 		poll.Stop()
 	}
 }
-

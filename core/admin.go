@@ -76,28 +76,10 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	scope := Scope(ns, method, route)
-
 	if r.Method == http.MethodDelete {
-		d, ok := e.store.(Deleter)
-		if !ok {
-			e.writeProblem(w, problemAdminUnsupported, "This store cannot delete records (it does not implement idem.Deleter).", 0)
-			return
-		}
-		ctx := e.storeCall(r.Context(), false)
-		deleted, err := d.Delete(ctx, scope, key)
-		e.endCall(ctx, StoreDelete, err, nil)
-		if err == nil {
-			e.local.forget(scope, key) // this engine's duplicates ask the store again
-			e.cache.drop(scope, key)
-		}
-		if err != nil {
-			e.writeProblem(w, problemStore, "Deleting the record failed: "+err.Error(), seconds(e.retryAfter(0)))
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]bool{"deleted": deleted})
+		e.adminDelete(w, r, scope, key)
 		return
 	}
-
 	g, ok := e.store.(Getter)
 	if !ok {
 		e.writeProblem(w, problemAdminUnsupported, "This store cannot look records up (it does not implement idem.Getter).", 0)
@@ -119,18 +101,7 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		e.writeProblem(w, problemAdminNotFound, "No record is stored for key "+strconv.Quote(key)+" of "+method+" "+strconv.Quote(route)+nsDetail(ns)+", or it has expired.", 0)
 		return
 	}
-	out := AdminRecord{Found: true, Namespace: ns, Method: method, Route: route}
-	out.State = rec.State.String()
-	out.Fingerprint = rec.Fingerprint
-	out.CreatedAt = timePtr(rec.CreatedAt)
-	out.LeaseEnd = timePtr(rec.LeaseEnd)
-	out.ExpiresAt = timePtr(rec.ExpiresAt)
-	if rec.Response != nil {
-		out.Status = rec.Response.Status
-		out.BodySize = len(rec.Response.Body)
-		out.BodyOmitted = rec.Response.BodyOmitted
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, adminRecord(rec, ns, method, route))
 }
 
 // nsDetail names a namespace in a problem's detail.
@@ -160,4 +131,41 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// adminDelete evicts the record for (scope, key).
+func (e *Engine) adminDelete(w http.ResponseWriter, r *http.Request, scope, key string) {
+	d, ok := e.store.(Deleter)
+	if !ok {
+		e.writeProblem(w, problemAdminUnsupported, "This store cannot delete records (it does not implement idem.Deleter).", 0)
+		return
+	}
+	ctx := e.storeCall(r.Context(), false)
+	deleted, err := d.Delete(ctx, scope, key)
+	e.endCall(ctx, StoreDelete, err, nil)
+	if err == nil {
+		e.local.forget(scope, key) // this engine's duplicates ask the store again
+		e.cache.drop(scope, key)
+	}
+	if err != nil {
+		e.writeProblem(w, problemStore, "Deleting the record failed: "+err.Error(), seconds(e.retryAfter(0)))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"deleted": deleted})
+}
+
+// adminRecord is what the admin handler shows of rec.
+func adminRecord(rec Record, ns, method, route string) AdminRecord {
+	out := AdminRecord{Found: true, Namespace: ns, Method: method, Route: route}
+	out.State = rec.State.String()
+	out.Fingerprint = rec.Fingerprint
+	out.CreatedAt = timePtr(rec.CreatedAt)
+	out.LeaseEnd = timePtr(rec.LeaseEnd)
+	out.ExpiresAt = timePtr(rec.ExpiresAt)
+	if rec.Response != nil {
+		out.Status = rec.Response.Status
+		out.BodySize = len(rec.Response.Body)
+		out.BodyOmitted = rec.Response.BodyOmitted
+	}
+	return out
 }

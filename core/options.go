@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 )
 
@@ -99,61 +98,6 @@ func badOption(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrBadOption}, args...)...)
 }
 
-// WithKeyHeader sets the request header that carries the key.
-// Default: Idempotency-Key.
-func WithKeyHeader(name string) Option {
-	return func(c *config) error {
-		if !validHeaderName(name) {
-			return badOption("key header %q is not a valid header name", name)
-		}
-		c.keyHeader = http.CanonicalHeaderKey(name)
-		return nil
-	}
-}
-
-// WithReplayHeader sets the response header, with the value "true", that
-// marks a replayed response. Default: Idempotent-Replayed.
-func WithReplayHeader(name string) Option {
-	return func(c *config) error {
-		if !validHeaderName(name) {
-			return badOption("replay header %q is not a valid header name", name)
-		}
-		c.replayHeader = http.CanonicalHeaderKey(name)
-		return nil
-	}
-}
-
-// WithMethods sets the methods the engine protects. GET, HEAD, OPTIONS and
-// TRACE are safe methods and are never touched; naming one is an error.
-// Default: POST and PATCH.
-func WithMethods(methods ...string) Option {
-	return func(c *config) error {
-		if len(methods) == 0 {
-			return badOption("no methods")
-		}
-		ms := make([]string, 0, len(methods))
-		for _, m := range methods {
-			m = strings.ToUpper(m)
-			switch m {
-			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-				return badOption("%s is a safe method and is never protected", m)
-			case "":
-				return badOption("empty method")
-			}
-			ms = append(ms, m)
-		}
-		c.methods = ms
-		return nil
-	}
-}
-
-// WithOptionalKey makes the key optional by default: a request without one
-// runs unprotected (OutcomeSkipped). A route can still require it with
-// [Required]. Default: a key is required (400 without one).
-func WithOptionalKey() Option {
-	return func(c *config) error { c.keyOptional = true; return nil }
-}
-
 // WithLease sets how long an in-flight claim blocks other requests with the
 // same key if it is neither completed nor released (its process died).
 // New refuses a lease longer than the engine's retention (WithRetention);
@@ -179,32 +123,6 @@ func WithRetention(d time.Duration) Option {
 			return badOption("retention %v is not between 0 and %v", d, MaxLifetime)
 		}
 		c.retention = d
-		return nil
-	}
-}
-
-// WithMaxRequestBody sets the largest request body the engine reads, in
-// bytes; a larger body gets 413. Default: 1 MiB.
-func WithMaxRequestBody(n int64) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return badOption("max request body %d is not positive", n)
-		}
-		c.maxRequestBody = n
-		return nil
-	}
-}
-
-// WithMaxResponseBody sets the largest response body the engine stores, in
-// bytes. A larger response is streamed to the client and stored as its
-// status and headers with the body omitted; 0 stores no body at all.
-// Default: 1 MiB.
-func WithMaxResponseBody(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return badOption("max response body %d is negative", n)
-		}
-		c.maxResponseBody = n
 		return nil
 	}
 }
@@ -309,85 +227,6 @@ func WithMaxPendingBytes(n int64) Option {
 	}
 }
 
-// WithProblemTypeBase sets the prefix of the "type" URI in problem
-// responses; the problem's name (such as "conflict") is appended.
-// Default: DefaultProblemTypeBase.
-func WithProblemTypeBase(base string) Option {
-	return func(c *config) error {
-		if base == "" {
-			return badOption("empty problem type base")
-		}
-		c.problemBase = base
-		return nil
-	}
-}
-
-// WithNamespace sets the function that names the client a request comes
-// from (a principal, tenant or API key). Keys are scoped by it, so two
-// clients never share a key. An empty namespace is global. Default: global
-// for every request.
-func WithNamespace(fn func(*http.Request) string) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return badOption("nil namespace function")
-		}
-		c.namespace = fn
-		return nil
-	}
-}
-
-// WithRequiredNamespace refuses every protected request whose namespace
-// is empty instead of scoping its key globally: an HTTP request gets 403
-// (OutcomeNoNamespace, logged at warn level), Do returns
-// ErrNamespaceRequired. Use it in a multi-tenant service, so that a
-// request that reaches idem without an identity (idem mounted before the
-// authentication middleware, or an anonymous client) can never share a
-// key, and a stored response, with another client. HTTP needs
-// WithNamespace. Default: an empty namespace is global.
-func WithRequiredNamespace() Option {
-	return func(c *config) error { c.requireNamespace = true; return nil }
-}
-
-// WithFingerprint replaces the request fingerprint. fn gets the request and
-// its body (already read; r.Body must not be read). New refuses it
-// together with WithJSONFingerprint. Default: [Fingerprint]
-// of the method, r.URL.RequestURI() and the body. The host is not part of
-// it: a retry may reach the service by another address (another instance,
-// a client-side load balancer). A service that serves different clients
-// by host scopes keys by it with WithNamespace.
-func WithFingerprint(fn func(r *http.Request, body []byte) string) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return badOption("nil fingerprint function")
-		}
-		if c.jsonFP != nil {
-			return badOption("WithFingerprint and WithJSONFingerprint both given; choose one")
-		}
-		c.fingerprint = fn
-		return nil
-	}
-}
-
-// WithReleaseRule replaces the rule that decides, from the handler's status
-// code, whether the key is released (the response is not stored, a retry
-// runs again) rather than stored. Panics and hijacked connections always
-// release. Default: [DefaultReleaseRule].
-func WithReleaseRule(fn func(status int) bool) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return badOption("nil release rule")
-		}
-		c.release = fn
-		return nil
-	}
-}
-
-// DefaultReleaseRule releases the key on 5xx and 429, the answers a client
-// should retry, and stores every other status.
-func DefaultReleaseRule(status int) bool {
-	return status >= 500 || status == http.StatusTooManyRequests
-}
-
 // WithObserver sets the function that receives one Event per request.
 // Default: SlogObserver(slog.Default()).
 func WithObserver(fn Observer) Option {
@@ -429,81 +268,6 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// A RouteOption overrides the engine's policy for the routes one middleware
-// protects.
-type RouteOption func(*Policy)
-
-// Required makes the key required on these routes (400 without one).
-func Required() RouteOption { return func(p *Policy) { p.required = true } }
-
-// Optional makes the key optional on these routes: a request without one
-// runs unprotected.
-func Optional() RouteOption { return func(p *Policy) { p.required = false } }
-
-// TTL sets the retention of responses stored on these routes, from one
-// millisecond to MaxLifetime. TTL panics with an error wrapping
-// ErrBadOption for a value outside that range: like a bad pattern given
-// to http.ServeMux, it is a mistake in the program, caught where the
-// routes are declared.
-func TTL(d time.Duration) RouteOption {
-	if d < time.Millisecond || d > MaxLifetime {
-		panic(badOption("TTL %v is not between 1ms and %v", d, MaxLifetime))
-	}
-	return func(p *Policy) { p.retention = d }
-}
-
-// Skip makes these routes pass through untouched, as if the middleware
-// were not there (health checks, webhooks with their own deduplication).
-func Skip() RouteOption { return func(p *Policy) { p.skip = true } }
-
-// ForRoute applies opts only to requests whose method and route template
-// match, for middleware mounted once at the top of a router:
-//
-//	r.Use(idemchi.Middleware(engine,
-//		idem.ForRoute("POST", "/search", idem.Optional()),
-//		idem.ForRoute("POST", "/webhooks/{source}", idem.Skip()),
-//	))
-//
-// The route is written in the router's own syntax ("/orders/:id" for Gin
-// and Echo, "/orders/{id}" for Chi and ServeMux).
-//
-// ForRoute panics with an error wrapping ErrBadOption when method is empty
-// or route does not start with "/": such a rule could never match.
-func ForRoute(method, route string, opts ...RouteOption) RouteOption {
-	if method == "" || !strings.HasPrefix(route, "/") {
-		panic(badOption("ForRoute(%q, %q): want a method and a route template starting with /", method, route))
-	}
-	return func(p *Policy) {
-		if p.overrides == nil {
-			p.overrides = make(map[routeKey][]RouteOption)
-		}
-		k := routeKey{strings.ToUpper(method), route}
-		p.overrides[k] = append(p.overrides[k], opts...)
-	}
-}
-
-type routeKey struct{ method, route string }
-
-// RouteFunc sets how the net/http middleware names the route template of a
-// request, overriding the ServeMux pattern. It has no effect on adapters,
-// which know their router's template.
-func RouteFunc(fn func(*http.Request) string) RouteOption {
-	return func(p *Policy) { p.routeFunc = fn }
-}
-
 // WithKeyValidator sets a check every key must pass besides the built-in
 // rules (1 to 255 printable ASCII characters): a key fn refuses gets 400
 // invalid-key with fn's error as the detail (Do: an error wrapping
@@ -534,23 +298,4 @@ func WithKeyValidator(fn func(key string) error) Option {
 // Default: keys are scoped by method and route template.
 func WithGlobalKeys() Option {
 	return func(c *config) error { c.globalKeys = true; return nil }
-}
-
-// WithReplayedHeaders turns the stored headers into an allowlist: only
-// Content-Type, Content-Encoding, Location, ETag, Cache-Control and the
-// names given are stored and replayed (the hop-by-hop, Set-Cookie and
-// Date rules still apply). Default: every header but those the engine
-// never stores (see Response).
-func WithReplayedHeaders(names ...string) Option {
-	return func(c *config) error {
-		allow := map[string]bool{"Content-Type": true, "Content-Encoding": true, "Location": true, "Etag": true, "Cache-Control": true}
-		for _, n := range names {
-			if !validHeaderName(n) {
-				return badOption("replayed header %q is not a valid header name", n)
-			}
-			allow[http.CanonicalHeaderKey(n)] = true
-		}
-		c.replayAllow = allow
-		return nil
-	}
 }

@@ -1,8 +1,10 @@
 package idem
 
 import (
+	"net/http"
 	"sort"
 	"strings"
+	"time"
 )
 
 // RouteRule names a route that ForRoute gives options to.
@@ -54,4 +56,66 @@ func CheckRoutes(routes []RouteRule, opts ...RouteOption) error {
 		return badOption("ForRoute names routes the router does not have: %s", strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// A RouteOption overrides the engine's policy for the routes one middleware
+// protects.
+type RouteOption func(*Policy)
+
+// Required makes the key required on these routes (400 without one).
+func Required() RouteOption { return func(p *Policy) { p.required = true } }
+
+// Optional makes the key optional on these routes: a request without one
+// runs unprotected.
+func Optional() RouteOption { return func(p *Policy) { p.required = false } }
+
+// TTL sets the retention of responses stored on these routes, from one
+// millisecond to MaxLifetime. TTL panics with an error wrapping
+// ErrBadOption for a value outside that range: like a bad pattern given
+// to http.ServeMux, it is a mistake in the program, caught where the
+// routes are declared.
+func TTL(d time.Duration) RouteOption {
+	if d < time.Millisecond || d > MaxLifetime {
+		panic(badOption("TTL %v is not between 1ms and %v", d, MaxLifetime))
+	}
+	return func(p *Policy) { p.retention = d }
+}
+
+// Skip makes these routes pass through untouched, as if the middleware
+// were not there (health checks, webhooks with their own deduplication).
+func Skip() RouteOption { return func(p *Policy) { p.skip = true } }
+
+// ForRoute applies opts only to requests whose method and route template
+// match, for middleware mounted once at the top of a router:
+//
+//	r.Use(idemchi.Middleware(engine,
+//		idem.ForRoute("POST", "/search", idem.Optional()),
+//		idem.ForRoute("POST", "/webhooks/{source}", idem.Skip()),
+//	))
+//
+// The route is written in the router's own syntax ("/orders/:id" for Gin
+// and Echo, "/orders/{id}" for Chi and ServeMux).
+//
+// ForRoute panics with an error wrapping ErrBadOption when method is empty
+// or route does not start with "/": such a rule could never match.
+func ForRoute(method, route string, opts ...RouteOption) RouteOption {
+	if method == "" || !strings.HasPrefix(route, "/") {
+		panic(badOption("ForRoute(%q, %q): want a method and a route template starting with /", method, route))
+	}
+	return func(p *Policy) {
+		if p.overrides == nil {
+			p.overrides = make(map[routeKey][]RouteOption)
+		}
+		k := routeKey{strings.ToUpper(method), route}
+		p.overrides[k] = append(p.overrides[k], opts...)
+	}
+}
+
+type routeKey struct{ method, route string }
+
+// RouteFunc sets how the net/http middleware names the route template of a
+// request, overriding the ServeMux pattern. It has no effect on adapters,
+// which know their router's template.
+func RouteFunc(fn func(*http.Request) string) RouteOption {
+	return func(p *Policy) { p.routeFunc = fn }
 }

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -52,59 +50,68 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		x.skip()
 		return
 	}
+	if x.admit(route) {
+		x.answer(f.acquire())
+	}
+}
+
+// admit reads what scopes and identifies the request: the key (from the
+// header, or the body with WithKeyField), the body, the namespace and the
+// fingerprint. It returns false when it answered the request instead
+// (a problem, or the handler run unprotected for an optional key).
+func (x *exchange) admit(route string) bool {
+	p, f, r := x.p, &x.f, x.r
+	e := p.e
 	key, err := ParseKey(r.Header[e.cfg.keyHeader])
 	fromBody := e.bodyKey(err) // WithKeyField: the key is in the body
 	switch {
 	case fromBody:
 	case errors.Is(err, ErrMissingKey) && !p.required:
 		x.skip()
-		return
+		return false
 	case errors.Is(err, ErrMissingKey):
 		x.fail(OutcomeMissingKey, problemMissingKey, "Send an "+e.cfg.keyHeader+" header with a unique key, such as a UUID.")
-		return
+		return false
 	case err != nil:
 		x.fail(OutcomeInvalidKey, problemInvalidKey, sentence(strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": ")))
-		return
+		return false
 	}
 	f.key, f.ev.key = key, key
-	body, err := x.readBody(e.cfg.maxRequestBody)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.Is(err, errBodyTooLarge):
-			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", e.cfg.maxRequestBody))
-		case errors.As(err, &mbe):
-			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", mbe.Limit))
-		default:
-			x.fail(OutcomeBodyUnreadable, problemBodyUnreadable, "The request body could not be read.")
-		}
-		return
+	body, ok := x.takeBody()
+	if !ok {
+		return false
 	}
-	x.body.Reset(body)
-	r.Body = &x.body
-	r.ContentLength = int64(len(body))
 	var doc *jsonDoc // the body parsed as JSON, when it was
 	if fromBody {
 		var ok bool
 		if key, doc, ok = x.keyFromBody(body); !ok {
-			return // answered
+			return false // answered
 		}
 		f.key, f.ev.key = key, key
 	}
-
 	if e.cfg.keyValidator != nil {
 		if err := e.cfg.keyValidator(f.key); err != nil {
 			x.fail(OutcomeInvalidKey, problemInvalidKey, sentence("The key is refused: "+err.Error()))
-			return
+			return false
 		}
 	}
+	return x.identify(route, body, doc)
+}
+
+// identify scopes the flight by namespace, method and route, and
+// fingerprints the request; doc is the body already parsed as JSON, or
+// nil. It returns false when it answered instead (403 without a required
+// namespace, 400 for a body that is not JSON with WithJSONFingerprint).
+func (x *exchange) identify(route string, body []byte, doc *jsonDoc) bool {
+	p, f, r := x.p, &x.f, x.r
+	e := p.e
 	ns := ""
 	if e.cfg.namespace != nil {
 		ns = e.cfg.namespace(r)
 	}
 	if ns == "" && e.cfg.requireNamespace {
 		x.fail(OutcomeNoNamespace, problemNoNamespace, detailNoNamespace)
-		return
+		return false
 	}
 	f.scope = Scope(ns, r.Method, route)
 	if e.cfg.globalKeys {
@@ -116,7 +123,7 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	case e.cfg.jsonFP != nil:
 		var ok bool
 		if f.fp, ok = x.jsonFingerprint(body, doc); !ok {
-			return // answered 400
+			return false // answered 400
 		}
 	default:
 		f.fp = fingerprintRequest(r, body)
@@ -125,7 +132,13 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 	f.retention = p.retention
 	f.lease = min(e.cfg.lease, p.retention)
 
-	o := f.acquire()
+	return true
+}
+
+// answer runs the handler under the claim, or answers from what acquire
+// found instead.
+func (x *exchange) answer(o outcome) {
+	f, r, e := &x.f, x.r, x.p.e
 	switch o.verdict {
 	case acquired:
 		x.execute()
@@ -138,7 +151,7 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 			return
 		}
 		f.ev.Status = resp.Status
-		e.replay(w, resp)
+		e.replay(x.w, resp)
 	case mismatch:
 		x.problem(problemMismatch, detailMismatch, 0)
 	case inFlight:
@@ -285,43 +298,6 @@ func (x *exchange) settle(next state) bool {
 
 // onHijack releases the claim before the connection is handed over.
 func (x *exchange) onHijack() { x.f.to(hijacked, nil) }
-
-var errBodyTooLarge = errors.New("idem: request body too large")
-
-// readBody reads the whole request body, up to limit bytes.
-func (x *exchange) readBody(limit int64) ([]byte, error) {
-	r := x.r
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	if r.ContentLength > limit {
-		return nil, errBodyTooLarge
-	}
-	if r.ContentLength >= 0 {
-		b := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
-			return nil, err
-		}
-		if n, _ := r.Body.Read(x.one[:]); n > 0 {
-			return nil, errors.New("idem: request body longer than its Content-Length")
-		}
-		return b, nil
-	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, errBodyTooLarge
-	}
-	return b, nil
-}
-
-// bodyReader is the request body handed to the handler: the bytes the
-// engine read, unchanged.
-type bodyReader struct{ bytes.Reader }
-
-func (*bodyReader) Close() error { return nil }
 
 // nested reports whether w is, or wraps, the writer of a request this
 // engine (or another) already protects.

@@ -1,0 +1,73 @@
+package idem
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// The request body of a protected request: read once, up to the cap, and
+// handed to the handler unchanged.
+
+// takeBody reads the request body (up to the engine's cap) and hands the
+// handler an identical one. It returns false when it answered instead
+// (413, or 400 for a body the client did not finish sending).
+func (x *exchange) takeBody() ([]byte, bool) {
+	e, r := x.p.e, x.r
+	body, err := x.readBody(e.cfg.maxRequestBody)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.Is(err, errBodyTooLarge):
+			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", e.cfg.maxRequestBody))
+		case errors.As(err, &mbe):
+			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", mbe.Limit))
+		default:
+			x.fail(OutcomeBodyUnreadable, problemBodyUnreadable, "The request body could not be read.")
+		}
+		return nil, false
+	}
+	x.body.Reset(body)
+	r.Body = &x.body
+	r.ContentLength = int64(len(body))
+	return body, true
+}
+
+var errBodyTooLarge = errors.New("idem: request body too large")
+
+// readBody reads the whole request body, up to limit bytes.
+func (x *exchange) readBody(limit int64) ([]byte, error) {
+	r := x.r
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > limit {
+		return nil, errBodyTooLarge
+	}
+	if r.ContentLength >= 0 {
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, err
+		}
+		if n, _ := r.Body.Read(x.one[:]); n > 0 {
+			return nil, errors.New("idem: request body longer than its Content-Length")
+		}
+		return b, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errBodyTooLarge
+	}
+	return b, nil
+}
+
+// bodyReader is the request body handed to the handler: the bytes the
+// engine read, unchanged.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
