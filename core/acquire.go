@@ -178,7 +178,7 @@ func (f *flight) wait(rec *Record) outcome {
 	defer deadline.Stop()
 	wctx, cancel := context.WithTimeout(f.ctx, e.cfg.wait)
 	defer cancel()
-	backoff := 10 * time.Millisecond
+	bo := backoff{10 * time.Millisecond, 500 * time.Millisecond}
 	// One watch serves until it fires: a store may write to register it
 	// (pgxstore marks the record), so a poll that finds nothing keeps it.
 	var wake <-chan struct{}
@@ -209,13 +209,13 @@ func (f *flight) wait(rec *Record) outcome {
 		if rec.State != StateInProgress || rec.Fingerprint != f.fp {
 			return f.existing(rec, true)
 		}
-		poll := time.NewTimer(backoff)
+		poll := time.NewTimer(bo.d)
 		select {
 		case <-wake:
 			stop()
 			wake, stop = nil, func() {}
 		case <-poll.C:
-			backoff = min(backoff*2, 500*time.Millisecond)
+			bo.grow()
 		case <-deadline.C:
 			poll.Stop()
 			return f.existing(rec, true)

@@ -36,6 +36,22 @@ const (
 	maxBackoff = time.Second
 )
 
+// backoff is the engine's one capped exponential backoff: between the
+// tries of a background task (with full jitter), and between the polls of
+// a request waiting for a key in flight.
+type backoff struct{ d, max time.Duration }
+
+// grow doubles the backoff, up to its cap.
+func (b *backoff) grow() { b.d = min(2*b.d, b.max) }
+
+// jittered returns a uniformly random wait of at least a millisecond and
+// at most the backoff, then grows it.
+func (b *backoff) jittered() time.Duration {
+	d := time.Millisecond + rand.N(b.d)
+	b.grow()
+	return d
+}
+
 // taskOverhead is what a task costs beyond its response's bytes, for the
 // bound on pending bytes.
 const taskOverhead = 512
@@ -167,13 +183,10 @@ var (
 
 func (b *background) run(t *task) {
 	defer b.wg.Done()
-	backoff := minBackoff
+	bo := backoff{minBackoff, maxBackoff}
 	for try := 0; ; try++ {
 		if try > 0 {
-			// Full jitter over the backoff, at least a millisecond.
-			d := time.Millisecond + rand.N(backoff)
-			backoff = min(2*backoff, maxBackoff)
-			timer := time.NewTimer(d)
+			timer := time.NewTimer(bo.jittered())
 			select {
 			case <-t.stop:
 				timer.Stop()
