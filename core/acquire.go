@@ -15,12 +15,13 @@ import (
 type verdict uint8
 
 const (
-	acquired verdict = iota + 1 // this flight holds the claim
-	replay                      // a completed record for the same request: f.rec
-	mismatch                    // the key belongs to another request
-	inFlight                    // another flight holds the key: f.rec; retry after retryAfter
-	failed                      // the store failed: f.err
-	canceled                    // the caller's context ended first: f.err
+	acquired   verdict = iota + 1 // this flight holds the claim
+	replay                        // a completed record for the same request: f.rec
+	mismatch                      // the key belongs to another request
+	inFlight                      // another flight holds the key: f.rec; retry after retryAfter
+	failed                        // the store failed: f.err
+	canceled                      // the caller's context ended first: f.err
+	unreadable                    // a completed record that does not open (WithEncryption): f.err
 )
 
 // outcome of acquire, with what the caller answers from.
@@ -125,13 +126,30 @@ func (f *flight) claim() (ClaimResult, error) {
 // existing decides from a record that blocked the claim. waited marks a
 // decision made after waiting.
 func (f *flight) existing(rec *Record, waited bool) outcome {
+	if err := f.e.unknownSeal(rec); err != nil {
+		// Sealed under a key this engine lacks: its fingerprint cannot be
+		// judged either. Never a replay, never a second run.
+		f.ev.Outcome, f.ev.Err = OutcomeUndecryptable, err
+		return outcome{verdict: unreadable, err: err}
+	}
 	switch {
-	case rec.Fingerprint != f.fp:
+	case !f.sameRequest(rec.Fingerprint):
 		f.ev.Outcome = OutcomeFingerprintMismatch
 		return outcome{verdict: mismatch, rec: rec}
 	case rec.State == StateCompleted:
 		if err := rec.Check(); err != nil {
 			return f.storeFailure(fmt.Errorf("idem: %T returned a record it cannot have written: %w", f.e.store, err))
+		}
+		resp, err := f.e.open(f.scope, f.key, rec.Response)
+		if err != nil {
+			// Never a replay of what does not open, and never a second run.
+			f.ev.Outcome, f.ev.Err = OutcomeUndecryptable, err
+			return outcome{verdict: unreadable, err: err}
+		}
+		if resp != rec.Response {
+			opened := *rec
+			opened.Response = resp
+			rec = &opened
 		}
 		f.ev.Outcome = OutcomeReplayed
 		if waited {
@@ -206,7 +224,7 @@ func (f *flight) wait(rec *Record) outcome {
 			return outcome{verdict: acquired}
 		}
 		rec = res.Existing
-		if rec.State != StateInProgress || rec.Fingerprint != f.fp {
+		if rec.State != StateInProgress || !f.sameRequest(rec.Fingerprint) {
 			return f.existing(rec, true)
 		}
 		poll := time.NewTimer(bo.d)

@@ -149,7 +149,7 @@ func (f *flight) cached() (outcome, bool) {
 		return outcome{}, false // off: no clock read on every request
 	}
 	rec := f.e.cache.get(f.scope, f.key, f.e.clockNow())
-	if rec == nil || rec.Fingerprint != f.fp {
+	if rec == nil || !f.sameRequest(rec.Fingerprint) {
 		return outcome{}, false
 	}
 	f.ev.Outcome = OutcomeReplayed

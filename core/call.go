@@ -65,7 +65,7 @@ func (c *Call) start(e *Engine, ctx context.Context, op Op) (*Response, error) {
 		return nil, ErrMismatch
 	case inFlight:
 		return nil, &RetryError{Err: inFlightErr(f.ev.Err), After: f.retryAfter(o.rec)}
-	case canceled:
+	case canceled, unreadable:
 		return nil, o.err
 	case failed:
 		if e.cfg.failOpen {
@@ -107,7 +107,7 @@ func (c *Call) admit(op Op) error {
 		return err
 	}
 	f.scope = Scope(op.Namespace, op.Kind, op.Name)
-	f.key, f.fp, f.token = op.Key, op.Fingerprint, newToken()
+	f.key, f.rawFP, f.fp, f.token = op.Key, op.Fingerprint, e.keyFingerprint(op.Fingerprint), newToken()
 	f.retention = e.cfg.retention
 	if op.Retention > 0 {
 		f.retention = min(op.Retention, MaxLifetime)

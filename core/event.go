@@ -50,6 +50,10 @@ const (
 	// coding the retry does not accept and the engine cannot decode (it
 	// decodes gzip and deflate); 406. Mount compression outside idem.
 	OutcomeNotAcceptable Outcome = "not_acceptable"
+	// OutcomeUndecryptable: the key's stored result is sealed
+	// (WithEncryption) and did not open: its key is not in the ring, or
+	// the record was altered. The request got 500; nothing ran.
+	OutcomeUndecryptable Outcome = "undecryptable"
 	// OutcomeNoNamespace: the engine requires a namespace
 	// (WithRequiredNamespace) and the request had none; 403.
 	OutcomeNoNamespace Outcome = "no_namespace"
@@ -198,6 +202,8 @@ func SlogObserverLevel(logger *slog.Logger, routine slog.Level) Observer {
 			level = slog.LevelInfo
 		case OutcomeNoNamespace:
 			level = slog.LevelWarn // a request refused for want of an identity: loud
+		case OutcomeUndecryptable:
+			level = slog.LevelError
 		case OutcomeStoreFailure:
 			level = slog.LevelError
 			if ev.FailedOpen {

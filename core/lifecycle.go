@@ -98,6 +98,7 @@ type flight struct {
 	ctx context.Context // the caller's: its values reach the store, its end cancels claims and waits
 
 	scope, key, fp, token string
+	rawFP                 string // fp before WithEncryption keyed it
 	retention, lease      time.Duration
 	now                   time.Time    // the engine's clock at the last claim
 	leaseEnd              atomic.Int64 // the claim's lease end as last set (claim, heartbeat), Unix ns on the engine's clock
@@ -216,6 +217,7 @@ func (f *flight) record(resp Response) *Record {
 // claim is retried in the background.
 func (f *flight) store(resp Response) bool {
 	e := f.e
+	resp = e.seal(f.scope, f.key, resp)
 	now := e.clockNow()
 	expires := now.Add(f.retention)
 	var err error

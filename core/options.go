@@ -64,6 +64,7 @@ type config struct {
 	fingerprint        func(r *http.Request, body []byte) string
 	jsonFP             *jsonConfig // WithJSONFingerprint
 	keyField           string      // WithKeyField
+	ring               *keyRing    // WithEncryption
 	keyValidator       func(key string) error
 	globalKeys         bool            // WithGlobalKeys
 	replayAllow        map[string]bool // WithReplayedHeaders; nil: the denylist

@@ -32,6 +32,7 @@ var (
 	problemNoNamespace    = problemKind{"namespace-required", http.StatusForbidden, "Client identity required"}
 	problemNotAcceptable  = problemKind{"not-acceptable", http.StatusNotAcceptable, "Stored response not acceptable"}
 	problemInvalidJSON    = problemKind{"invalid-json", http.StatusBadRequest, "Request body is not valid JSON"}
+	problemUnreadable     = problemKind{"record-unreadable", http.StatusInternalServerError, "Stored response cannot be decrypted"}
 )
 
 // The details of the problems whose answer does not depend on the request.
@@ -41,6 +42,7 @@ const (
 	detailStore       = "The idempotency store failed or did not answer in time; retry with the same key."
 	detailCommit      = "The transaction holding the request's changes and its stored response failed to commit; retry with the same key to learn the outcome."
 	detailCanceled    = "The request was canceled before it was claimed."
+	detailUnreadable  = "The response stored for this key is encrypted with a key this server does not hold, or was altered. It is not replayed, and the request is not run again; the operators are told."
 	detailNoNamespace = "The request carries no client identity to scope its idempotency key. Authenticate; if you did, the server mounts idem before its authentication middleware."
 )
 
@@ -115,6 +117,8 @@ func (e *Engine) Problem(err error) (p Problem, ok bool) {
 		k, detail = problemStore, detailStore
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		k, detail = problemCanceled, detailCanceled
+	case errors.Is(err, ErrUndecryptable):
+		k, detail = problemUnreadable, detailUnreadable
 	case errors.Is(err, ErrInvalidJSON):
 		k, detail = problemInvalidJSON, sentence(strings.TrimPrefix(err.Error(), "idem: "))
 	default:

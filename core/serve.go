@@ -128,6 +128,7 @@ func (x *exchange) identify(route string, body []byte, doc *jsonDoc) bool {
 	default:
 		f.fp = fingerprintRequest(r, body)
 	}
+	f.rawFP, f.fp = f.fp, e.keyFingerprint(f.fp)
 	f.token = newToken()
 	f.retention = p.retention
 	f.lease = min(e.cfg.lease, p.retention)
@@ -161,6 +162,8 @@ func (x *exchange) answer(o outcome) {
 	case canceled:
 		// The client is gone; the answer is for the log of any proxy.
 		x.problem(problemCanceled, detailCanceled, 0)
+	case unreadable:
+		x.problem(problemUnreadable, detailUnreadable, 0)
 	}
 }
 
