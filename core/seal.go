@@ -223,21 +223,24 @@ func (e *Engine) seal(scope, key string, resp Response) Response {
 		return resp
 	}
 	k := r.writer
+	// One buffer: the nonce, then the plaintext, sealed in place.
 	hdr := AppendHeader(nil, resp.Header)
-	plain := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(hdr)+1+len(resp.Body)), uint64(len(hdr)))
-	plain = append(plain, hdr...)
+	ns := k.aead.NonceSize()
+	buf := make([]byte, ns, ns+binary.MaxVarintLen64+len(hdr)+1+len(resp.Body)+k.aead.Overhead())
+	_, _ = rand.Read(buf)
+	buf = binary.AppendUvarint(buf, uint64(len(hdr)))
+	buf = append(buf, hdr...)
 	flags := byte(0)
 	if resp.BodyOmitted {
 		flags = 1
 	}
-	plain = append(plain, flags)
-	plain = append(plain, resp.Body...)
-	nonce := make([]byte, k.aead.NonceSize(), k.aead.NonceSize()+len(plain)+k.aead.Overhead())
-	_, _ = rand.Read(nonce)
+	buf = append(buf, flags)
+	buf = append(buf, resp.Body...)
+	sealed := k.aead.Seal(buf[:ns], buf[:ns], buf[ns:], aad(scope, key, resp.Status))
 	return Response{
 		Status: resp.Status,
 		Header: http.Header{HeaderSealed: {k.id}},
-		Body:   k.aead.Seal(nonce, nonce, plain, aad(scope, key, resp.Status)),
+		Body:   sealed,
 	}
 }
 
