@@ -43,6 +43,9 @@
 //	no_namespace (required)  403                        PermissionDenied           ErrNamespaceRequired
 //	not_acceptable           406                        (not applicable)           (not applicable)
 //	canceled (hang-up)       499 (the client is gone)   Canceled                   the context's error
+//	undecryptable (a sealed  500 (record-unreadable)    DataLoss                   ErrUndecryptable
+//	record this engine
+//	cannot open)
 //
 // What is stored rather than released: in HTTP every status but 5xx and
 // 429 ([WithReleaseRule]); in gRPC the codes its options name final; in Do

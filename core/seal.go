@@ -13,9 +13,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // This file is encryption at rest (WithEncryption): the engine seals what
@@ -107,7 +109,7 @@ type keyRing struct {
 type ringKey struct {
 	id   string
 	aead cipher.AEAD
-	fp   []byte // the HMAC key of fingerprints
+	macs sync.Pool // HMAC-SHA-256 under the key's fingerprint key
 }
 
 func newKeyRing(keys []EncryptionKey) (*keyRing, error) {
@@ -151,7 +153,9 @@ func deriveKey(k EncryptionKey) (*ringKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ringKey{id: k.ID, aead: aead, fp: fp}, nil
+	rk := &ringKey{id: k.ID, aead: aead}
+	rk.macs.New = func() any { return hmac.New(sha256.New, fp) }
+	return rk, nil
 }
 
 func validKeyID(id string) bool {
@@ -166,12 +170,21 @@ func validKeyID(id string) bool {
 	return true
 }
 
-// fingerprint returns fp keyed under k: "ID.HMAC".
+// fingerprint returns fp keyed under k: "ID.HMAC", in one allocation.
 func (k *ringKey) fingerprint(fp string) string {
-	m := hmac.New(sha256.New, k.fp)
-	m.Write([]byte(fp))
+	m := k.macs.Get().(hash.Hash)
+	m.Reset()
+	_, _ = io.WriteString(m, fp)
 	var sum [sha256.Size]byte
-	return k.id + "." + hex.EncodeToString(m.Sum(sum[:0]))
+	var hx [2 * sha256.Size]byte
+	hex.Encode(hx[:], m.Sum(sum[:0]))
+	k.macs.Put(m)
+	var b strings.Builder
+	b.Grow(len(k.id) + 1 + len(hx))
+	b.WriteString(k.id)
+	b.WriteByte('.')
+	b.Write(hx[:])
+	return b.String()
 }
 
 // keyFingerprint returns the fingerprint f stores and compares: raw, or
