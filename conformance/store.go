@@ -34,6 +34,9 @@ const notifyTimeout = 5 * time.Second
 // scopeA is the scope most tests use; it is what the engine would build.
 var scopeA = idem.Scope("tenant-1", "POST", "/orders/{id}")
 
+// scopeOther is another tenant's scope, for tests that span two.
+var scopeOther = idem.Scope("tenant-2", "POST", "/orders/{id}")
+
 // RunStore checks that a Store keeps the contract written on [idem.Store]
 // and on the optional capabilities it implements (Getter, Deleter,
 // ExpiredDeleter, Extender, Notifier, TxBeginner; a capability's subtests
@@ -133,6 +136,9 @@ var capabilityTests = []capabilityGroup{
 		{"AfterLeaseEnd", testExtendAfterLeaseEnd},
 		{"MissingRecord", testExtendMissing},
 		{"AfterTakeover", testExtendAfterTakeover},
+	}},
+	{"BatchExtender", implements[idem.BatchExtender], []storeTest{
+		{"EachRefOnItsOwn", testExtendBatch},
 	}},
 	{"Evicter", implements[idem.Evicter], []storeTest{
 		{"InProgress", testEvictInProgress},
@@ -1188,6 +1194,51 @@ func testExtendLive(h *harness) {
 	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(10*time.Minute), h.at(retention))
 	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(11*time.Minute)), "the record is completed")
 	h.checkRecord("record completed inside the extended lease", rec, completed(c, resp, h.at(retention)))
+}
+
+// testExtendBatch: one call applies Extend's contract to each claim on
+// its own: a live claim (on another scope too) moves, a claim with
+// another token, a completed record and a missing one are lost, and none
+// of those is changed.
+func testExtendBatch(h *harness) {
+	live := h.newClaim(scopeA, "key-live", "fp-1", "token-1", h.at(0))
+	other := h.newClaim(scopeOther, "key-live", "fp-1", "token-3", h.at(0))
+	held := h.newClaim(scopeA, "key-held", "fp-1", "token-1", h.at(0))
+	done := h.newClaim(scopeA, "key-done", "fp-1", "token-1", h.at(0))
+	for _, c := range []idem.Claim{live, other, held, done} {
+		h.acquire(c, "there is no record")
+	}
+	resp := okResponse("done")
+	h.mustComplete(scopeA, "key-done", "token-1", resp, h.at(time.Second), h.at(retention))
+	now, newEnd := h.at(time.Minute), h.at(20*time.Minute)
+	refs := []idem.ExtendRef{
+		{Scope: scopeA, Key: "key-live", Token: "token-1", LeaseEnd: newEnd},
+		{Scope: scopeA, Key: "key-held", Token: "token-2", LeaseEnd: newEnd},
+		{Scope: scopeA, Key: "key-done", Token: "token-1", LeaseEnd: newEnd},
+		{Scope: scopeA, Key: "key-missing", Token: "token-1", LeaseEnd: newEnd},
+		{Scope: scopeOther, Key: "key-live", Token: "token-3", LeaseEnd: newEnd},
+	}
+	errs := h.s.(idem.BatchExtender).ExtendBatch(h.t.Context(), now, refs)
+	if len(errs) != len(refs) {
+		h.t.Fatalf("ExtendBatch returned %d errors for %d refs", len(errs), len(refs))
+	}
+	for i, lost := range []bool{false, true, true, true, false} {
+		switch {
+		case lost:
+			h.wantLeaseLost(errs[i], fmt.Sprintf("ExtendBatch ref %d (%s %s)", i, refs[i].Key, refs[i].Token))
+		case errs[i] != nil:
+			h.t.Errorf("ExtendBatch ref %d (%s): unexpected error %v", i, refs[i].Key, errs[i])
+		}
+	}
+	for _, c := range []idem.Claim{live, other} {
+		rec := h.blocked(h.newClaim(c.Scope, c.Key, "fp-2", "token-9", c.LeaseEnd), "the batch extended the lease")
+		extended := inProgress(c)
+		extended.leaseEnd, extended.expiresAt = newEnd, newEnd
+		h.checkRecord("record after ExtendBatch", rec, extended)
+	}
+	h.acquire(h.newClaim(scopeA, "key-held", "fp-2", "token-2", held.LeaseEnd), "a wrong token must not have extended the lease")
+	rec := h.blocked(h.newClaim(scopeA, "key-done", "fp-1", "token-2", h.at(2*time.Minute)), "the record is completed")
+	h.checkRecord("completed record after ExtendBatch", rec, completed(done, resp, h.at(retention)))
 }
 
 func testExtendWrongToken(h *harness) {

@@ -13,6 +13,7 @@ type Engine struct {
 	store    Store
 	notifier Notifier
 	extender Extender
+	batch    BatchExtender // the heartbeat's, when the store has it
 	txb      TxBeginner
 	def      *Policy
 	bg       *background
@@ -40,6 +41,7 @@ func New(store Store, opts ...Option) (*Engine, error) {
 	}
 	e.notifier, _ = store.(Notifier)
 	e.extender, _ = store.(Extender)
+	e.batch, _ = store.(BatchExtender)
 	e.txb, _ = store.(TxBeginner)
 	c := &e.cfg
 	switch {

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -93,24 +94,65 @@ func (b *beats) tick() {
 		b.timer = nil // disarmed: the next flight arms a new one
 		return
 	}
+	var due []*flight
 	for f := b.head; f != nil; f = f.beat.next {
 		if !f.beat.busy && !now.Before(f.beat.due) {
 			f.beat.busy = true
 			f.beat.due = now.Add(f.beat.every)
-			go b.extend(f)
+			if b.e.batch == nil {
+				go b.extend(f)
+			} else {
+				due = append(due, f)
+			}
 		}
+	}
+	if len(due) > 0 {
+		go b.extendBatch(due)
 	}
 	b.timer.Reset(b.period)
 }
 
-// extend moves f's lease end; a claim found lost is marked, and f is not
-// beaten again.
+// extend moves f's lease end.
 func (b *beats) extend(f *flight) {
 	e := b.e
 	now := e.clockNow()
 	ctx := e.storeCall(f.ctx, true)
 	err := e.extender.Extend(ctx, f.scope, f.key, f.token, now, now.Add(f.lease))
 	e.endCall(ctx, StoreExtend, err, nil)
+	b.beaten(f, now, err)
+}
+
+// extendBatch moves the lease ends of fs in one BatchExtender call.
+func (b *beats) extendBatch(fs []*flight) {
+	e := b.e
+	now := e.clockNow()
+	refs := make([]ExtendRef, len(fs))
+	for i, f := range fs {
+		refs[i] = ExtendRef{Scope: f.scope, Key: f.key, Token: f.token, LeaseEnd: now.Add(f.lease)}
+	}
+	ctx := e.storeCall(context.Background(), true)
+	errs := e.batch.ExtendBatch(ctx, now, refs)
+	var first error
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, ErrLeaseLost) {
+			first = err
+			break
+		}
+	}
+	e.endCall(ctx, StoreExtend, first, nil)
+	for i, f := range fs {
+		err := errors.New("idem: the store's ExtendBatch returned fewer errors than claims")
+		if i < len(errs) {
+			err = errs[i]
+		}
+		b.beaten(f, now, err)
+	}
+}
+
+// beaten records the end of f's beat: its new lease end, or a claim found
+// lost, which is marked and not beaten again.
+func (b *beats) beaten(f *flight, now time.Time, err error) {
+	e := b.e
 	if err == nil {
 		f.leaseEnd.Store(now.Add(f.lease).UnixNano())
 	}

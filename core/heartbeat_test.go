@@ -1,7 +1,12 @@
 package idem
 
 import (
+	"context"
+	"errors"
 	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -35,4 +40,80 @@ func TestTinyRouteTTLWithHeartbeat(t *testing.T) {
 	e, _ := newEngine(t, newTestStore(), WithHeartbeat(time.Second))
 	h := e.Middleware(TTL(time.Millisecond))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	post(h, "/", "k", "") // must not crash the process
+}
+
+// batchStore is a testStore with a BatchExtender that counts its calls.
+type batchStore struct {
+	*testStore
+	batches, refs atomic.Int32
+}
+
+func (s *batchStore) ExtendBatch(ctx context.Context, now time.Time, refs []ExtendRef) []error {
+	s.batches.Add(1)
+	s.refs.Add(int32(len(refs)))
+	errs := make([]error, len(refs))
+	for i, r := range refs {
+		errs[i] = s.testStore.Extend(ctx, r.Scope, r.Key, r.Token, now, r.LeaseEnd)
+	}
+	return errs
+}
+
+func TestHeartbeatBatchesExtends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &batchStore{testStore: newTestStore()}
+		e, _ := newEngine(t, s, WithLease(30*time.Second), WithHeartbeat(10*time.Second))
+		const n = 5
+		release := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				e.Do(context.Background(), op("k"+strconv.Itoa(i), "a"), func(context.Context) ([]byte, error) {
+					<-release
+					return nil, nil
+				})
+			})
+		}
+		synctest.Wait()
+		// The test store's lease ends are checked when a claim is taken
+		// over: past the lease without the heartbeat, a duplicate would run.
+		time.Sleep(95 * time.Second)
+		for i := range n {
+			if _, _, err := e.Do(t.Context(), op("k"+strconv.Itoa(i), "a"), nil); !errors.Is(err, ErrInFlight) {
+				t.Errorf("k%d after three leases: %v, want ErrInFlight", i, err)
+			}
+		}
+		close(release)
+		wg.Wait()
+		beats := s.batches.Load()
+		if beats < 8 || s.refs.Load() != n*beats || s.count("extend") != int(n*beats) {
+			t.Errorf("%d batch calls for %d refs (%d extends): want one call per beat for all %d claims", beats, s.refs.Load(), s.count("extend"), n)
+		}
+	})
+}
+
+// A lost claim in a batch is marked as when extended alone.
+func TestHeartbeatBatchLostClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &batchStore{testStore: newTestStore()}
+		e, ev := newEngine(t, s, WithLease(30*time.Second), WithHeartbeat(10*time.Second))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.Do(context.Background(), op("k", "a"), func(context.Context) ([]byte, error) {
+				time.Sleep(5 * time.Second)
+				s.Delete(context.Background(), Scope("", "test", "charge"), "k") // an operator evicts it
+				time.Sleep(20 * time.Second)
+				return []byte("late"), nil
+			})
+		}()
+		<-done
+		if got := ev.evs[0]; !errors.Is(got.Err, ErrLeaseLost) {
+			t.Errorf("event %+v: want the lost claim", got)
+		}
+		// The beat marked the claim lost, so the result was not offered to
+		// the store at all.
+		if s.count("complete") != 0 || s.batches.Load() == 0 {
+			t.Errorf("%d completes, %d batches: want the batch beat to find the claim lost", s.count("complete"), s.batches.Load())
+		}
+	})
 }

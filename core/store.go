@@ -183,6 +183,22 @@ type Extender interface {
 	Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error
 }
 
+// BatchExtender is an optional Store capability of an Extender: moving the
+// lease ends of many claims in one round trip, so that the heartbeat costs
+// one call per beat per engine rather than one per claim. ExtendBatch
+// applies Extender.Extend's contract to each ref independently, at now,
+// and returns one error per ref, in order: nil, ErrLeaseLost, or that
+// extend's failure (a failure of the whole call in every slot).
+type BatchExtender interface {
+	ExtendBatch(ctx context.Context, now time.Time, refs []ExtendRef) []error
+}
+
+// ExtendRef names one claim for BatchExtender, with its new lease end.
+type ExtendRef struct {
+	Scope, Key, Token string
+	LeaseEnd          time.Time
+}
+
 // Evicter is an optional Store capability: deleting the record a claim
 // wrote, whatever its state, when the answer it holds turned out wrong (a
 // response streamed under a completed record whose handler then

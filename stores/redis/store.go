@@ -152,6 +152,7 @@ var (
 	_ idem.Getter        = (*Store)(nil)
 	_ idem.Deleter       = (*Store)(nil)
 	_ idem.Extender      = (*Store)(nil)
+	_ idem.BatchExtender = (*Store)(nil)
 	_ idem.Evicter       = (*Store)(nil)
 	_ idem.Notifier      = (*Store)(nil)
 	_ idem.Clock         = (*Store)(nil)
@@ -425,6 +426,61 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 	}
 	args := []any{token, ts[1], ttlMillis(now, leaseEnd)}
 	return s.held(ctx, "extend", extendScript, s.Key(scope, key), args)
+}
+
+// ExtendBatch implements idem.BatchExtender: the extend script for every
+// claim, pipelined in one round trip (on a Cluster, one per node that
+// holds a claim). Under WithReplicas each claim is extended as Extend
+// does, with its WAIT.
+func (s *Store) ExtendBatch(ctx context.Context, now time.Time, refs []idem.ExtendRef) []error {
+	errs := make([]error, len(refs))
+	if s.replicas > 0 {
+		for i, r := range refs {
+			errs[i] = s.Extend(ctx, r.Scope, r.Key, r.Token, now, r.LeaseEnd)
+		}
+		return errs
+	}
+	args := make([][]any, len(refs))
+	pending := make([]int, 0, len(refs))
+	for i, r := range refs {
+		ts, err := formatTimes(now, r.LeaseEnd)
+		if err != nil {
+			errs[i] = fmt.Errorf("redisstore: extend: %w", err)
+			continue
+		}
+		args[i] = []any{r.Token, ts[1], ttlMillis(now, r.LeaseEnd)}
+		pending = append(pending, i)
+	}
+	cmds := make([]*redis.Cmd, len(refs))
+	for _, bySource := range [...]bool{false, true} {
+		if len(pending) == 0 {
+			break
+		}
+		pipe := s.client.Pipeline()
+		for _, i := range pending {
+			keys := []string{s.Key(refs[i].Scope, refs[i].Key)}
+			if bySource {
+				cmds[i] = extendScript.Eval(ctx, pipe, keys, args[i]...)
+			} else {
+				cmds[i] = extendScript.EvalSha(ctx, pipe, keys, args[i]...)
+			}
+		}
+		_, _ = pipe.Exec(ctx)
+		next := pending[:0]
+		for _, i := range pending {
+			n, err := cmds[i].Int64()
+			switch {
+			case !bySource && redis.HasErrorPrefix(err, "NOSCRIPT"):
+				next = append(next, i)
+			case err != nil:
+				errs[i] = fmt.Errorf("redisstore: extend: %w", err)
+			case n != 1:
+				errs[i] = idem.ErrLeaseLost
+			}
+		}
+		pending = next
+	}
+	return errs
 }
 
 // Evict implements idem.Evicter with one script call, which deletes the
