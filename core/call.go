@@ -60,7 +60,7 @@ func (c *Call) start(e *Engine, ctx context.Context, op Op) (*Response, error) {
 	o := f.acquire()
 	switch o.verdict {
 	case replay:
-		return o.rec.Response, nil
+		return f.replayed(o.rec), nil
 	case mismatch:
 		return nil, ErrMismatch
 	case inFlight:

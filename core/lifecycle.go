@@ -193,6 +193,7 @@ func (f *flight) settle(resp Response, keep bool) bool {
 		return true
 	}
 	f.ev.Outcome = OutcomeExecuted
+	resp = f.redacted(resp)
 	stored := f.store(resp)
 	if !stored || f.ev.Err != nil || !f.completed && (f.tx != nil || f.e.txb == nil) {
 		f.e.local.finish(f, nil) // not stored here: duplicates ask the store

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,6 +66,8 @@ type config struct {
 	jsonFP             *jsonConfig // WithJSONFingerprint
 	keyField           string      // WithKeyField
 	ring               *keyRing    // WithEncryption
+	redact             func(context.Context, Response) Response
+	replayHook         func(context.Context, *Response, time.Time)
 	keyValidator       func(key string) error
 	globalKeys         bool            // WithGlobalKeys
 	replayAllow        map[string]bool // WithReplayedHeaders; nil: the denylist

@@ -144,7 +144,7 @@ func (x *exchange) answer(o outcome) {
 	case acquired:
 		x.execute()
 	case replay:
-		resp, err := forRequest(o.rec.Response, r.Header["Accept-Encoding"])
+		resp, err := forRequest(f.replayed(o.rec), r.Header["Accept-Encoding"])
 		if err != nil {
 			f.ev.Err = err
 			x.fail(OutcomeNotAcceptable, problemNotAcceptable, "The stored response is content-encoded ("+
