@@ -73,7 +73,7 @@ var knownValues = map[string][]string{
 	"outcome": strs(idem.OutcomeExecuted, idem.OutcomeReplayed, idem.OutcomeReplayedAfterWait, idem.OutcomeReleased,
 		idem.OutcomeConflict, idem.OutcomeWaitTimeout, idem.OutcomeFingerprintMismatch, idem.OutcomeMissingKey,
 		idem.OutcomeInvalidKey, idem.OutcomeBodyTooLarge, idem.OutcomeBodyUnreadable, idem.OutcomeStoreFailure,
-		idem.OutcomeNotAcceptable, idem.OutcomeNoNamespace, idem.OutcomeCanceled, idem.OutcomeSkipped,
+		idem.OutcomeNotAcceptable, idem.OutcomeUndecryptable, idem.OutcomeNoNamespace, idem.OutcomeCanceled, idem.OutcomeSkipped,
 		idem.OutcomeCompletedLate, idem.OutcomeCompletionLost, idem.OutcomeCompletionExpired,
 		idem.OutcomeCompletionDropped, idem.OutcomeReleaseFailed),
 	"operation": strs(idem.StoreClaim, idem.StoreComplete, idem.StoreRelease, idem.StoreExtend, idem.StoreGet,
