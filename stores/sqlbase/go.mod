@@ -1,0 +1,7 @@
+module github.com/idemkit/idem/stores/sqlbase
+
+go 1.26
+
+require github.com/idemkit/idem/core v0.1.0
+
+replace github.com/idemkit/idem/core => ../../core

@@ -1,0 +1,57 @@
+package sqlbase
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+
+	idem "github.com/idemkit/idem/core"
+)
+
+// ErrTxFailed is wrapped by the error of an exactly-once commit that
+// refuses to store a success: the handler's transaction was ended (by the
+// handler, or by the server) or failed before the engine could commit it,
+// so its writes may be gone, but its response reports success.
+var ErrTxFailed = errors.New("the handler's transaction was ended or failed, but its response reports success")
+
+// CheckStatus returns an error, prefixed with the store's name, when
+// status is not one a record can keep (idem.MinStatus to idem.MaxStatus).
+func CheckStatus(name string, status int) error {
+	if status < idem.MinStatus || status > idem.MaxStatus {
+		return fmt.Errorf("%s: complete: status %d is not %d to %d", name, status, idem.MinStatus, idem.MaxStatus)
+	}
+	return nil
+}
+
+// CommitEnded is the end of an exactly-once Commit whose transaction the
+// handler (or the server) ended or failed before the engine could commit
+// the record in it. An answer of 400 or more says that nothing happened,
+// which is what remains, so it is stored on its own (complete is the
+// store's token-checked Complete); one below 400 is refused with an error
+// wrapping ErrTxFailed, and the engine answers 500 and releases the key.
+func CommitEnded(name string, status int, complete func() error) error {
+	if status < 400 {
+		return fmt.Errorf("%s: commit: %w", name, ErrTxFailed)
+	}
+	return complete()
+}
+
+// CommitFailed is the error of an exactly-once Commit whose completion
+// failed with err, after which it rolled back with rollbackErr: err itself
+// when it is idem.ErrLeaseLost (the record is not the claim's any more),
+// otherwise err, prefixed with the store's name, joined with rollbackErr.
+func CommitFailed(name string, err, rollbackErr error) error {
+	if errors.Is(err, idem.ErrLeaseLost) {
+		return err
+	}
+	return errors.Join(fmt.Errorf("%s: commit: %w", name, err), rollbackErr)
+}
+
+// IgnoreTxDone returns nil for sql.ErrTxDone (the transaction had ended
+// already) and err otherwise.
+func IgnoreTxDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
