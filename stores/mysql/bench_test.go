@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // The benchmarks run one request at a time on one pool, in one process,
@@ -113,8 +114,8 @@ func BenchmarkBareSelect(b *testing.B) {
 	q := bareSelect(s, "k")
 	b.ReportAllocs()
 	for b.Loop() {
-		var r rawRecord
-		if ok, err := r.scan(db.QueryRowContext(ctx, q)); err != nil || !ok {
+		var r sqlbase.MicroRow
+		if ok, err := r.Scan(db.QueryRowContext(ctx, q)); err != nil || !ok {
 			b.Fatal(ok, err)
 		}
 	}
@@ -152,8 +153,8 @@ func BenchmarkRatio(b *testing.B) {
 		}
 	}
 	doSelect := func() {
-		var r rawRecord
-		if ok, err := r.scan(db.QueryRowContext(ctx, sel)); err != nil || !ok {
+		var r sqlbase.MicroRow
+		if ok, err := r.Scan(db.QueryRowContext(ctx, sel)); err != nil || !ok {
 			b.Fatal(ok, err)
 		}
 	}

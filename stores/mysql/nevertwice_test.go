@@ -241,8 +241,8 @@ func TestHeldClaimNeverWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	s.pollOnce()
-	s.pollOnce()
+	s.watch.PollOnce(s.base)
+	s.watch.PollOnce(s.base)
 	select {
 	case <-ch:
 		t.Error("the watch poller reported the held key free")

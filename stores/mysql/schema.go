@@ -5,26 +5,27 @@ import (
 	_ "embed" // for schemaTemplate
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // DefaultTable is the table a Store uses unless WithTable names another.
-const DefaultTable = "idempotency_keys"
+const DefaultTable = sqlbase.DefaultTable
 
 //go:embed schema.sql
 var schemaTemplate string
 
-var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+// maxTable is the longest table name MySQL takes.
+const maxTable = 64
 
 // validTable checks a table name: only names matching
 // ^[A-Za-z_][A-Za-z0-9_]{0,63}$ are accepted, and they are backquoted
 // wherever they appear in SQL.
 func validTable(table string) error {
-	if !tableRE.MatchString(table) {
-		return fmt.Errorf("%w: table name %q does not match %s", ErrBadOption, table, tableRE)
+	if err := sqlbase.CheckTable(table, maxTable); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadOption, err)
 	}
 	return nil
 }

@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // Errors the store returns besides those of idem. Callers test with
@@ -85,10 +85,8 @@ var (
 type Option func(*config)
 
 type config struct {
-	table         string
-	sweepInterval time.Duration
+	sqlbase.Options
 	watchInterval time.Duration
-	logger        *slog.Logger
 }
 
 // WithTable sets the table the store uses. The default is DefaultTable
@@ -96,7 +94,7 @@ type config struct {
 // it is always backquoted. Put the table in another database by opening
 // the *sql.DB on it.
 func WithTable(name string) Option {
-	return func(c *config) { c.table = name }
+	return func(c *config) { c.Table = name }
 }
 
 // WithSweepInterval sets how often the background sweeper deletes expired
@@ -105,7 +103,7 @@ func WithTable(name string) Option {
 // yourself). Expired records are never replayed either way; sweeping only
 // reclaims space.
 func WithSweepInterval(d time.Duration) Option {
-	return func(c *config) { c.sweepInterval = d }
+	return func(c *config) { c.SweepInterval = d }
 }
 
 // WithWatchInterval sets how often Watch polls the table for the keys
@@ -121,7 +119,7 @@ func WithWatchInterval(d time.Duration) Option {
 // report errors they cannot return. The default is slog.Default(); nil
 // discards them.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.logger = l }
+	return func(c *config) { c.Logger = l }
 }
 
 // Store is an idem.Store on MySQL 8.0+ or MariaDB 10.6+ (InnoDB). It
@@ -143,12 +141,8 @@ type Store struct {
 
 	complete, commit lazyStmt
 
-	ctx    context.Context // cancelled by Close; parent of background work
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
-
-	watch watchSet
+	base  *sqlbase.Base   // options, sweeper and poller
+	watch sqlbase.Watches // by table key (scopeKey)
 }
 
 var (
@@ -182,43 +176,30 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: nil *sql.DB", ErrBadOption)
 	}
 	cfg := config{
-		table:         DefaultTable,
-		sweepInterval: DefaultSweepInterval,
+		Options:       sqlbase.Options{Table: DefaultTable, SweepInterval: DefaultSweepInterval, Logger: slog.Default()},
 		watchInterval: DefaultWatchInterval,
-		logger:        slog.Default(),
 	}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
-	if err := validTable(cfg.table); err != nil {
+	if err := cfg.Check(ErrBadOption, maxTable); err != nil {
 		return nil, err
-	}
-	if cfg.sweepInterval < 0 {
-		return nil, fmt.Errorf("%w: negative sweep interval %v", ErrBadOption, cfg.sweepInterval)
 	}
 	if cfg.watchInterval <= 0 {
 		return nil, fmt.Errorf("%w: watch interval %v is not positive", ErrBadOption, cfg.watchInterval)
-	}
-	if cfg.logger == nil {
-		cfg.logger = slog.New(slog.DiscardHandler)
 	}
 	packet, err := serverSettings(db)
 	if err != nil {
 		return nil, err
 	}
-	q := newQueries(cfg.table)
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{db: db, table: cfg.table, q: q, cfg: cfg, packet: packet, ctx: ctx, cancel: cancel,
-		complete: lazyStmt{query: q.complete}, commit: lazyStmt{query: q.commit}}
-	if cfg.sweepInterval > 0 {
-		s.wg.Go(func() {
-			if err := s.Sweep(ctx, cfg.sweepInterval); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
-				cfg.logger.Error("mysqlstore: sweeper stopped", "table", s.table, "err", err)
-			}
-		})
-	}
+	q := newQueries(cfg.Table)
+	s := &Store{db: db, table: cfg.Table, q: q, cfg: cfg, packet: packet,
+		complete: lazyStmt{query: q.complete}, commit: lazyStmt{query: q.commit},
+		base: sqlbase.NewBase("mysqlstore", cfg.Options, ErrClosed)}
+	s.watch.Read, s.watch.Interval, s.watch.Chunk = s.readWatched, cfg.watchInterval, watchChunk
+	s.base.StartSweeper(s.Sweep)
 	return s, nil
 }
 
@@ -262,12 +243,7 @@ func (s *Store) Table() string { return s.table }
 // DB. The store's other methods keep working;
 // Watch and Sweep return ErrClosed. Close is safe to call more than once.
 func (s *Store) Close() error {
-	s.once.Do(func() {
-		// Under the watch lock, so no poller starts (wg.Go) once Wait may run.
-		s.watch.mu.Lock()
-		s.cancel()
-		s.watch.mu.Unlock()
-		s.wg.Wait()
+	s.base.Close(func() {
 		s.complete.close()
 		s.commit.close()
 	})
@@ -292,17 +268,17 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		return idem.ClaimResult{}, err
 	}
 	scope := scopeKey(c.Scope)
-	now := floorMicro(c.Now)
+	now := sqlbase.FloorMicro(c.Now)
 	read := s.q.selectRecord.render(scope, c.Key)
 	var take string
 	for range maxClaimAttempts {
-		var r rawRecord
-		found, err := r.scan(s.db.QueryRowContext(ctx, read))
+		var r sqlbase.MicroRow
+		found, err := r.Scan(s.db.QueryRowContext(ctx, read))
 		if err != nil {
 			return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
 		}
 		if found {
-			rec, err := r.record()
+			rec, err := r.Record()
 			if err != nil {
 				return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim, key %q: %w", c.Key, err)
 			}
@@ -320,7 +296,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 			}
 		}
 		if take == "" {
-			take = s.q.take.render(scope, c.Key, c.Fingerprint, c.Token, now.UnixMicro(), ceilMicro(c.LeaseEnd).UnixMicro())
+			take = s.q.take.render(scope, c.Key, c.Fingerprint, c.Token, now.UnixMicro(), sqlbase.CeilMicro(c.LeaseEnd).UnixMicro())
 		}
 		res, err := s.db.ExecContext(ctx, take)
 		if deadlock(err) {
@@ -388,8 +364,8 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 // for it; those of commitSQL follow with the mark. A response larger than
 // MaxResponseSize is replaced by its WithoutBody, and a warning logged.
 func (s *Store) completion(scope, key, token string, resp idem.Response, expiresAt time.Time) ([]any, error) {
-	if resp.Status < idem.MinStatus || resp.Status > idem.MaxStatus {
-		return nil, fmt.Errorf("mysqlstore: complete: status %d is not %d to %d", resp.Status, idem.MinStatus, idem.MaxStatus)
+	if err := sqlbase.CheckStatus("mysqlstore", resp.Status); err != nil {
+		return nil, err
 	}
 	header, err := encodeHeader(resp.Header)
 	if err != nil {
@@ -404,14 +380,14 @@ func (s *Store) completion(scope, key, token string, resp idem.Response, expires
 		if len(header) > room {
 			return nil, fmt.Errorf("mysqlstore: complete: %d bytes of headers do not fit the %d bytes that max_allowed_packet (%d) leaves", len(header), room, s.packet)
 		}
-		s.cfg.logger.Warn("mysqlstore: a response larger than max_allowed_packet allows is stored without its body; retries replay its status and headers",
+		s.cfg.Logger.Warn("mysqlstore: a response larger than max_allowed_packet allows is stored without its body; retries replay its status and headers",
 			"table", s.table, "size", size, "max", room)
 	}
 	var body []byte
 	if !resp.BodyOmitted {
 		body = resp.Body // NULL for a nil body
 	}
-	return []any{int64(resp.Status), header, body, resp.BodyOmitted, ceilMicro(expiresAt).UnixMicro(),
+	return []any{int64(resp.Status), header, body, resp.BodyOmitted, sqlbase.CeilMicro(expiresAt).UnixMicro(),
 		scopeKey(scope), key, token}, nil
 }
 
@@ -442,15 +418,15 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 
 // Get implements idem.Getter in one statement, a consistent read.
 func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
-	var r rawRecord
-	found, err := r.scan(s.db.QueryRowContext(ctx, s.q.get.render(scopeKey(scope), key, floorMicro(now).UnixMicro())))
+	var r sqlbase.MicroRow
+	found, err := r.Scan(s.db.QueryRowContext(ctx, s.q.get.render(scopeKey(scope), key, sqlbase.FloorMicro(now).UnixMicro())))
 	if err != nil {
 		return idem.Record{}, false, fmt.Errorf("mysqlstore: get: %w", err)
 	}
 	if !found {
 		return idem.Record{}, false, nil
 	}
-	rec, err := r.record()
+	rec, err := r.Record()
 	if err != nil {
 		return idem.Record{}, false, fmt.Errorf("mysqlstore: get, key %q: %w", key, err)
 	}
@@ -496,14 +472,14 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if err := s.db.QueryRowContext(ctx, clockSQL).Scan(&us); err != nil {
 		return time.Time{}, fmt.Errorf("mysqlstore: now: %w", err)
 	}
-	return fromMicro(us), nil
+	return sqlbase.FromMicro(us), nil
 }
 
 // Extend implements idem.Extender in one statement. Like Complete, it
 // moves the lease of a claim its token still holds, even once the lease
 // has ended.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
-	q := s.q.extend.render(scopeKey(scope), key, token, ceilMicro(leaseEnd).UnixMicro())
+	q := s.q.extend.render(scopeKey(scope), key, token, sqlbase.CeilMicro(leaseEnd).UnixMicro())
 	for range maxClaimAttempts {
 		res, err := s.db.ExecContext(ctx, q)
 		if deadlock(err) {
@@ -534,7 +510,7 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 // deletes them by primary key. It never waits for a lock. It returns how
 // many rows it removed.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
-	nowUS := floorMicro(now).UnixMicro()
+	nowUS := sqlbase.FloorMicro(now).UnixMicro()
 	find := s.q.expired.render(nowUS, sweepBatch)
 	total := 0
 	for {
@@ -608,40 +584,19 @@ func scanPairs(rows *sql.Rows) (scopes, keys []string, err error) {
 }
 
 // Sweep calls DeleteExpired with the server's time (Now) every interval
-// until ctx
-// is cancelled or the store is closed, logging errors and carrying on. It
-// returns ctx.Err() or ErrClosed. New starts it in the background unless
-// WithSweepInterval(0) is given; call it yourself to tie the sweeper to
-// your own context.
+// until ctx is cancelled or the store is closed, logging errors and
+// carrying on. It returns ctx.Err() or ErrClosed. New starts it in the
+// background unless WithSweepInterval(0) is given; call it yourself to tie
+// the sweeper to your own context.
 func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		return fmt.Errorf("mysqlstore: sweep interval %v is not positive", interval)
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.ctx.Done():
-			return ErrClosed
-		case <-t.C:
-		}
-		// Bound one sweep by the interval so a hung server cannot pile
-		// sweeps up; a backlog is finished by the next ones.
-		sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
-		stop := context.AfterFunc(s.ctx, cancel)
+	return s.base.Sweep(ctx, interval, func(ctx context.Context) (slog.Attr, error) {
 		n := 0
-		now, err := s.Now(sctx)
+		now, err := s.Now(ctx)
 		if err == nil {
-			n, err = s.DeleteExpired(sctx, now)
+			n, err = s.DeleteExpired(ctx, now)
 		}
-		stop()
-		cancel()
-		if err != nil && ctx.Err() == nil && s.ctx.Err() == nil {
-			s.cfg.logger.Warn("mysqlstore: sweep failed", "table", s.table, "deleted", n, "err", err)
-		}
-	}
+		return slog.Int("deleted", n), err
+	})
 }
 
 // exec runs a statement that changes rows and returns how many it
@@ -688,80 +643,4 @@ func scopeKey(scope string) string {
 	}
 	sum := sha256.Sum256([]byte(scope))
 	return scope[:maxScope] + string(sum[:])
-}
-
-// The table keeps microseconds. The engine's now is rounded down and the
-// deadlines it sets are rounded up, so "now >= deadline" in SQL holds
-// exactly when it holds in Go for deadlines on a microsecond, and is at
-// most a microsecond late (the safe direction: a lease lasts a little
-// longer) otherwise. Every method rounds the same way, so they agree.
-func floorMicro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
-
-func ceilMicro(t time.Time) time.Time {
-	f := t.Truncate(time.Microsecond)
-	if f.Equal(t) {
-		return f
-	}
-	return f.Add(time.Microsecond)
-}
-
-func fromMicro(us int64) time.Time { return time.UnixMicro(us).UTC() }
-
-// rawRecord is a row as scanned, nullable columns included.
-type rawRecord struct {
-	fingerprint []byte
-	state       sql.NullInt64
-	status      sql.NullInt64
-	headers     []byte
-	body        []byte
-	bodyOmitted sql.NullBool
-	createdAt   sql.NullInt64
-	leaseEnd    sql.NullInt64
-	expiresAt   sql.NullInt64
-}
-
-// scan reads recordCols from row; false when there is no row.
-func (r *rawRecord) scan(row *sql.Row) (bool, error) {
-	err := row.Scan(&r.fingerprint, &r.state, &r.status, &r.headers, &r.body, &r.bodyOmitted,
-		&r.createdAt, &r.leaseEnd, &r.expiresAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// record converts a row to a record, checking that it is one this package
-// can have written; otherwise it returns an error wrapping
-// idem.ErrCorruptRecord (a NULL where a value must be, a state other than
-// 1 or 2, a status outside 200 to 599, a malformed headers column).
-func (r *rawRecord) record() (idem.Record, error) {
-	if !r.state.Valid || !r.createdAt.Valid || !r.expiresAt.Valid {
-		return idem.Record{}, fmt.Errorf("%w: state, created_at or expires_at is NULL", idem.ErrCorruptRecord)
-	}
-	if r.state.Int64 < 0 || r.state.Int64 > 255 {
-		return idem.Record{}, fmt.Errorf("%w: state %d", idem.ErrCorruptRecord, r.state.Int64)
-	}
-	rec := idem.Record{
-		Fingerprint: string(r.fingerprint),
-		State:       idem.State(r.state.Int64),
-		CreatedAt:   fromMicro(r.createdAt.Int64),
-		ExpiresAt:   fromMicro(r.expiresAt.Int64),
-	}
-	if r.leaseEnd.Valid {
-		rec.LeaseEnd = fromMicro(r.leaseEnd.Int64)
-	}
-	if rec.State == idem.StateCompleted {
-		if !r.status.Valid {
-			return idem.Record{}, fmt.Errorf("%w: completed with a NULL status", idem.ErrCorruptRecord)
-		}
-		rec.Response = &idem.Response{Status: int(r.status.Int64), Body: r.body, BodyOmitted: r.bodyOmitted.Bool}
-		if r.headers != nil {
-			h, err := idem.ParseHeader(r.headers)
-			if err != nil {
-				return idem.Record{}, err
-			}
-			rec.Response.Header = h
-		}
-	}
-	return rec, rec.Check()
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // ExactlyOnceStore is a Store whose engine runs each claimed request in a
@@ -225,12 +226,9 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	st.Close()
 	if errors.Is(err, sql.ErrTxDone) {
 		t.finish(nil) // the handler ended it: give the connection back first
-		if resp.Status < 400 {
-			return fmt.Errorf("mysqlstore: commit: %w", errTxFailed)
-		}
-		// The handler rolled back and answered an error: none of its
-		// writes remain, which is what the answer says, so it is stored.
-		return t.s.Complete(ctx, t.rawScope, t.key, t.token, resp, now, expiresAt)
+		return sqlbase.CommitEnded("mysqlstore", resp.Status, func() error {
+			return t.s.Complete(ctx, t.rawScope, t.key, t.token, resp, now, expiresAt)
+		})
 	}
 	switch {
 	case deadlock(err):
@@ -242,13 +240,10 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	}
 	if err != nil {
 		rbErr := t.end(ctx, t.tx.Rollback)
-		if errors.Is(err, idem.ErrLeaseLost) {
-			return err
-		}
 		if ctx.Err() != nil {
 			rbErr = nil // the rollback ran out of time too; the error says why
 		}
-		return errors.Join(fmt.Errorf("mysqlstore: commit: %w", err), ignoreDone(rbErr))
+		return sqlbase.CommitFailed("mysqlstore", err, sqlbase.IgnoreTxDone(rbErr))
 	}
 	if err := t.end(ctx, t.tx.Commit); err != nil {
 		return fmt.Errorf("mysqlstore: commit: %w", err)
@@ -285,7 +280,7 @@ func (t *txn) Rollback(ctx context.Context) error {
 	}
 	t.done = true
 	defer t.cancel()
-	if err := ignoreDone(t.end(ctx, t.tx.Rollback)); err != nil {
+	if err := sqlbase.IgnoreTxDone(t.end(ctx, t.tx.Rollback)); err != nil {
 		return fmt.Errorf("mysqlstore: rollback: %w", err)
 	}
 	return nil
@@ -331,7 +326,7 @@ func (t *txn) finish(ended error) {
 	conn := t.conn
 	t.conn = nil
 	if t.held {
-		err := ignoreDone(ended)
+		err := sqlbase.IgnoreTxDone(ended)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
 			_, err = conn.ExecContext(ctx, t.s.q.unhold.render(t.s.table, t.scope, t.key))
@@ -356,12 +351,3 @@ func (t *txn) abandon() {
 
 // restoreTimeout bounds giving a connection back (finish).
 const restoreTimeout = 5 * time.Second
-
-func ignoreDone(err error) error {
-	if errors.Is(err, sql.ErrTxDone) {
-		return nil
-	}
-	return err
-}
-
-var errTxFailed = errors.New("the handler ended its transaction, but its response reports success")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // txFixture is an exactly-once store and a business table "orders".
@@ -189,8 +190,8 @@ func TestExactlyOnceHandlerEndsTx(t *testing.T) {
 		order  bool  // the order was committed
 	}{
 		{"rollback-409", "rollback", 409, true, nil, false},
-		{"rollback-201", "rollback", 201, false, errTxFailed, false},
-		{"commit-201", "commit", 201, false, errTxFailed, true},
+		{"rollback-201", "rollback", 201, false, sqlbase.ErrTxFailed, false},
+		{"commit-201", "commit", 201, false, sqlbase.ErrTxFailed, true},
 		{"rollback-sql-201", "ROLLBACK", 201, false, ErrRolledBack, false},
 		{"commit-sql-201", "COMMIT", 201, true, nil, true},
 	} {
@@ -456,7 +457,7 @@ func TestExactlyOnceGivesConnectionsBack(t *testing.T) {
 		{"handler commits", func(t *testing.T, key string) {
 			_, ctx, tx := f.begin(t, key)
 			Tx(ctx).Commit()
-			if err := tx.Commit(t.Context(), ok, t0, t0.Add(time.Hour)); !errors.Is(err, errTxFailed) {
+			if err := tx.Commit(t.Context(), ok, t0, t0.Add(time.Hour)); !errors.Is(err, sqlbase.ErrTxFailed) {
 				t.Fatal(err)
 			}
 		}},

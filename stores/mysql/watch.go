@@ -2,8 +2,8 @@ package mysqlstore
 
 import (
 	"context"
-	"sync"
-	"time"
+
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // watchChunk is how many keys one poll statement reads at most.
@@ -30,189 +30,36 @@ const watchChunk = 100
 // and is retried on the next tick. Wake-ups may be spurious: a key with no
 // record at all is reported at once. After Close, Watch returns ErrClosed.
 func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	w := &watcher{ch: make(chan struct{})}
-	k := watchKey{scopeKey(scope), key}
-	ws := &s.watch
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if s.ctx.Err() != nil {
-		return nil, nil, ErrClosed
-	}
-	if ws.keys == nil {
-		ws.keys = make(map[watchKey]map[*watcher]struct{})
-		ws.kick = make(chan struct{}, 1)
-		s.wg.Go(s.poll)
-	}
-	set := ws.keys[k]
-	if set == nil {
-		set = make(map[*watcher]struct{})
-		ws.keys[k] = set
-	}
-	set[w] = struct{}{}
-	select {
-	case ws.kick <- struct{}{}:
-	default:
-	}
-	return w.ch, func() { s.unwatch(k, w) }, nil
-}
-
-// watchSet is the store's watches, guarded by mu.
-type watchSet struct {
-	mu      sync.Mutex
-	keys    map[watchKey]map[*watcher]struct{} // nil until the first Watch
-	kick    chan struct{}                      // tells an idle poller there is work
-	failing bool                               // the last poll failed (for logging once)
-}
-
-type watchKey struct{ scope, key string } // scope as stored (see scopeKey)
-
-type watcher struct {
-	ch    chan struct{}
-	fired bool
-	seen  bool   // the poller has read the row since the watch began
-	token string // the claim's token the poller first saw
-}
-
-func (w *watcher) fire() {
-	if !w.fired {
-		w.fired = true
-		close(w.ch)
-	}
-}
-
-func (s *Store) unwatch(k watchKey, w *watcher) {
-	ws := &s.watch
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if set := ws.keys[k]; set != nil {
-		delete(set, w)
-		if len(set) == 0 {
-			delete(ws.keys, k)
-		}
-	}
+	return s.watch.Watch(ctx, s.base, sqlbase.WatchKey{Scope: scopeKey(scope), Key: key})
 }
 
 // wake fires the waiters of (scope, key) in this process.
 func (s *Store) wake(scope, key string) {
-	ws := &s.watch
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if len(ws.keys) == 0 {
-		return
-	}
-	k := watchKey{scopeKey(scope), key}
-	for w := range ws.keys[k] {
-		w.fire()
-	}
-	delete(ws.keys, k)
+	s.watch.Wake(sqlbase.WatchKey{Scope: scopeKey(scope), Key: key})
 }
 
-// poll is the poller's loop, started by the first Watch.
-func (s *Store) poll() {
-	t := time.NewTicker(s.cfg.watchInterval)
-	defer t.Stop()
-	for {
-		s.watch.mu.Lock()
-		idle := len(s.watch.keys) == 0
-		s.watch.mu.Unlock()
-		if idle {
-			select {
-			case <-s.ctx.Done():
-				return
-			case <-s.watch.kick:
-			}
-		}
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.pollOnce()
-	}
-}
-
-// rowState is what a poll reads of a watched key.
-type rowState struct {
-	token string
-	state int64
-}
-
-// pollOnce reads every watched key once and wakes the waiters whose key
-// changed.
-func (s *Store) pollOnce() {
-	ws := &s.watch
-	ws.mu.Lock()
-	keys := make([]watchKey, 0, len(ws.keys))
-	for k := range ws.keys {
-		keys = append(keys, k)
-	}
-	ws.mu.Unlock()
-	for len(keys) > 0 {
-		chunk := keys[:min(len(keys), watchChunk)]
-		keys = keys[len(chunk):]
-		rows, err := s.readWatched(chunk)
-		ws.mu.Lock()
-		if err != nil {
-			if !ws.failing && s.ctx.Err() == nil {
-				s.cfg.logger.Warn("mysqlstore: watch poll failed; waiters poll until it works again", "table", s.table, "err", err)
-			}
-			ws.failing = true
-		} else if ws.failing {
-			s.cfg.logger.Info("mysqlstore: watch poll works again", "table", s.table)
-			ws.failing = false
-		}
-		for _, k := range chunk {
-			set := ws.keys[k]
-			r, ok := rows[k]
-			for w := range set {
-				switch {
-				case err != nil, !ok, r.state != 1:
-					w.fire()
-				case !w.seen:
-					w.seen, w.token = true, r.token
-				case r.token != w.token:
-					w.fire()
-				default:
-					continue
-				}
-				if w.fired {
-					delete(set, w)
-				}
-			}
-			if set != nil && len(set) == 0 {
-				delete(ws.keys, k)
-			}
-		}
-		ws.mu.Unlock()
-	}
-}
-
-// readWatched reads the rows of keys with one consistent read.
-func (s *Store) readWatched(keys []watchKey) (map[watchKey]rowState, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, max(s.cfg.watchInterval, time.Second))
-	defer cancel()
+// readWatched reads the rows of keys with one consistent read, for the
+// poller (see Watch).
+func (s *Store) readWatched(ctx context.Context, keys []sqlbase.WatchKey) (map[sqlbase.WatchKey]sqlbase.WatchRow, error) {
 	scopes := make([]string, len(keys))
 	names := make([]string, len(keys))
 	for i, k := range keys {
-		scopes[i], names[i] = k.scope, k.key
+		scopes[i], names[i] = k.Scope, k.Key
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.watch.render(pairList(scopes, names)))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := make(map[watchKey]rowState, len(keys))
+	out := make(map[sqlbase.WatchKey]sqlbase.WatchRow, len(keys))
 	for rows.Next() {
 		var scope, key, token []byte
-		var r rowState
-		if err := rows.Scan(&scope, &key, &token, &r.state); err != nil {
+		var r sqlbase.WatchRow
+		if err := rows.Scan(&scope, &key, &token, &r.State); err != nil {
 			return nil, err
 		}
-		r.token = string(token)
-		out[watchKey{string(scope), string(key)}] = r
+		r.Token = string(token)
+		out[sqlbase.WatchKey{Scope: string(scope), Key: string(key)}] = r
 	}
 	return out, rows.Err()
 }

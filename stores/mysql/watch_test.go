@@ -104,9 +104,7 @@ func TestWatchStopsAndCloses(t *testing.T) {
 	}
 	stop()
 	stop()
-	s.watch.mu.Lock()
-	left := len(s.watch.keys)
-	s.watch.mu.Unlock()
+	left := s.watch.Len()
 	if left != 0 {
 		t.Fatalf("%d keys watched after stop", left)
 	}
@@ -180,7 +178,7 @@ func TestSweeperDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if s.cfg.sweepInterval != DefaultSweepInterval {
-		t.Fatalf("sweep interval %v, want %v", s.cfg.sweepInterval, DefaultSweepInterval)
+	if s.cfg.SweepInterval != DefaultSweepInterval {
+		t.Fatalf("sweep interval %v, want %v", s.cfg.SweepInterval, DefaultSweepInterval)
 	}
 }
