@@ -6,12 +6,14 @@ replace (
 	github.com/idemkit/idem/conformance => ../../conformance
 	github.com/idemkit/idem/core => ../../core
 	github.com/idemkit/idem/stores/memory => ../memory
+	github.com/idemkit/idem/stores/sqlbase => ../sqlbase
 )
 
 require (
 	github.com/idemkit/idem/conformance v0.1.0
 	github.com/idemkit/idem/core v0.1.0
 	github.com/idemkit/idem/stores/memory v0.1.0
+	github.com/idemkit/idem/stores/sqlbase v0.1.0
 	modernc.org/sqlite v1.62.0
 )
 

@@ -5,27 +5,28 @@ import (
 	"database/sql"
 	_ "embed" // for schemaTemplate
 	"fmt"
-	"regexp"
 	"strings"
 
+	"github.com/idemkit/idem/stores/sqlbase"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver Open uses
 )
 
 // DefaultTable is the table a Store uses unless WithTable names another.
-const DefaultTable = "idempotency_keys"
+const DefaultTable = sqlbase.DefaultTable
 
 //go:embed schema.sql
 var schemaTemplate string
 
-var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+// maxTable is the longest table name the store takes.
+const maxTable = 64
 
 // validTable checks a table name: only names matching
 // ^[A-Za-z_][A-Za-z0-9_]{0,63}$ are accepted, and they are double-quoted
 // wherever they appear in SQL. Names starting with "sqlite_" are SQLite's
 // own and refused.
 func validTable(table string) error {
-	if !tableRE.MatchString(table) {
-		return fmt.Errorf("%w: table name %q does not match %s", ErrBadOption, table, tableRE)
+	if err := sqlbase.CheckTable(table, maxTable); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadOption, err)
 	}
 	if strings.HasPrefix(strings.ToLower(table), "sqlite_") {
 		return fmt.Errorf("%w: table name %q starts with sqlite_, which SQLite reserves", ErrBadOption, table)

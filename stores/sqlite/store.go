@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // Errors the store returns besides those of idem. Callers test with
@@ -43,19 +44,13 @@ const maxClaimAttempts = 5
 const sweepBatch = 1000
 
 // Option configures a Store. A nil Option is ignored.
-type Option func(*options)
-
-type options struct {
-	table         string
-	sweepInterval time.Duration
-	logger        *slog.Logger
-}
+type Option func(*sqlbase.Options)
 
 // WithTable sets the table the store uses. The default is DefaultTable
 // ("idempotency_keys"). The name must match ^[A-Za-z_][A-Za-z0-9_]{0,63}$
 // and not start with "sqlite_"; it is always double-quoted.
 func WithTable(name string) Option {
-	return func(o *options) { o.table = name }
+	return func(o *sqlbase.Options) { o.Table = name }
 }
 
 // WithSweepInterval sets how often the background sweeper deletes expired
@@ -64,13 +59,13 @@ func WithTable(name string) Option {
 // DeleteExpired or Sweep yourself). Expired records are never replayed
 // either way; sweeping only reclaims space. Close stops the sweeper.
 func WithSweepInterval(d time.Duration) Option {
-	return func(o *options) { o.sweepInterval = d }
+	return func(o *sqlbase.Options) { o.SweepInterval = d }
 }
 
 // WithLogger sets where the background sweeper reports errors it cannot
 // return. The default is slog.Default(); nil discards them.
 func WithLogger(l *slog.Logger) Option {
-	return func(o *options) { o.logger = l }
+	return func(o *sqlbase.Options) { o.Logger = l }
 }
 
 // Store is an idem.Store in a table of an SQLite database. It implements
@@ -90,20 +85,15 @@ type Store struct {
 	db    *sql.DB
 	table string
 	q     queries
-	opts  options
 
 	sem   chan struct{} // the store's write lock; see lock
 	batch batch         // writes waiting for it; see write
 
 	heldMu sync.Mutex
-	held   map[watchKey]struct{} // records an exactly-once transaction holds
+	held   map[sqlbase.WatchKey]struct{} // records an exactly-once transaction holds
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
-
-	watch watchSet
+	base  *sqlbase.Base   // options and sweeper
+	watch sqlbase.Watches // this process's waiters, by scope and key
 }
 
 var (
@@ -131,34 +121,25 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", ErrBadOption)
 	}
-	o := options{table: DefaultTable, sweepInterval: DefaultSweepInterval, logger: slog.Default()}
+	o := sqlbase.Options{Table: DefaultTable, SweepInterval: DefaultSweepInterval, Logger: slog.Default()}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
 		}
 	}
-	if err := validTable(o.table); err != nil {
+	if err := o.Check(ErrBadOption, maxTable); err != nil {
 		return nil, err
 	}
-	if o.sweepInterval < 0 {
-		return nil, fmt.Errorf("%w: negative sweep interval %v", ErrBadOption, o.sweepInterval)
-	}
-	if o.logger == nil {
-		o.logger = slog.New(slog.DiscardHandler)
+	if err := validTable(o.Table); err != nil {
+		return nil, err
 	}
 	if err := checkDB(db); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{db: db, table: o.table, q: newQueries(o.table), opts: o,
-		sem: make(chan struct{}, 1), held: map[watchKey]struct{}{}, ctx: ctx, cancel: cancel}
-	if o.sweepInterval > 0 {
-		s.wg.Go(func() {
-			if err := s.Sweep(ctx, o.sweepInterval); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
-				o.logger.Error("sqlitestore: sweeper stopped", "table", s.table, "err", err)
-			}
-		})
-	}
+	s := &Store{db: db, table: o.Table, q: newQueries(o.Table),
+		sem: make(chan struct{}, 1), held: map[sqlbase.WatchKey]struct{}{},
+		base: sqlbase.NewBase("sqlitestore", o, ErrClosed)}
+	s.base.StartSweeper(s.Sweep)
 	return s, nil
 }
 
@@ -196,10 +177,7 @@ func (s *Store) Table() string { return s.table }
 // the DB. The store's other methods keep working; Watch and Sweep return
 // ErrClosed. Close is safe to call more than once.
 func (s *Store) Close() error {
-	s.once.Do(func() {
-		s.cancel()
-		s.wg.Wait()
-	})
+	s.base.Close(nil)
 	return nil
 }
 
@@ -227,7 +205,7 @@ func (s *Store) unlock() { <-s.sem }
 // starts over: its read returns the winner's record.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
 	scope, key := []byte(c.Scope), []byte(c.Key)
-	now := floorMicro(c.Now)
+	now := sqlbase.FloorMicro(c.Now)
 	for range maxClaimAttempts {
 		rec, found, err := s.read(ctx, scope, key)
 		if err != nil {
@@ -237,7 +215,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 			return idem.ClaimResult{Existing: &rec}, nil
 		}
 		n, err := s.write(ctx, s.q.claim, scope, key, []byte(c.Fingerprint), []byte(c.Token),
-			now.UnixMicro(), ceilMicro(c.LeaseEnd).UnixMicro())
+			now.UnixMicro(), sqlbase.CeilMicro(c.LeaseEnd).UnixMicro())
 		if err != nil {
 			return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
 		}
@@ -250,12 +228,12 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 
 // read returns the row of (scope, key), expired or not.
 func (s *Store) read(ctx context.Context, scope, key []byte) (idem.Record, bool, error) {
-	var r rawRecord
-	found, err := r.scan(s.db.QueryRowContext(ctx, s.q.read, scope, key))
+	var r sqlbase.MicroRow
+	found, err := r.Scan(s.db.QueryRowContext(ctx, s.q.read, scope, key))
 	if err != nil || !found {
 		return idem.Record{}, false, err
 	}
-	rec, err := r.record()
+	rec, err := r.Record()
 	if err != nil {
 		return idem.Record{}, false, fmt.Errorf("key %q: %w", key, err)
 	}
@@ -283,8 +261,8 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 // completion checks a response and returns the parameters of the complete
 // statement for it.
 func completion(scope, key, token string, resp idem.Response, expiresAt time.Time) ([]any, error) {
-	if resp.Status < idem.MinStatus || resp.Status > idem.MaxStatus {
-		return nil, fmt.Errorf("sqlitestore: complete: status %d is not %d to %d", resp.Status, idem.MinStatus, idem.MaxStatus)
+	if err := sqlbase.CheckStatus("sqlitestore", resp.Status); err != nil {
+		return nil, err
 	}
 	var header, body []byte // NULL for nil
 	if resp.Header != nil {
@@ -297,7 +275,7 @@ func completion(scope, key, token string, resp idem.Response, expiresAt time.Tim
 		}
 	}
 	return []any{[]byte(scope), []byte(key), []byte(token), int64(resp.Status), header, body,
-		resp.BodyOmitted, ceilMicro(expiresAt).UnixMicro()}, nil
+		resp.BodyOmitted, sqlbase.CeilMicro(expiresAt).UnixMicro()}, nil
 }
 
 // Release implements idem.Store in one statement under the write lock.
@@ -315,15 +293,15 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 
 // Get implements idem.Getter in one read.
 func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
-	var r rawRecord
-	found, err := r.scan(s.db.QueryRowContext(ctx, s.q.get, []byte(scope), []byte(key), floorMicro(now).UnixMicro()))
+	var r sqlbase.MicroRow
+	found, err := r.Scan(s.db.QueryRowContext(ctx, s.q.get, []byte(scope), []byte(key), sqlbase.FloorMicro(now).UnixMicro()))
 	if err != nil {
 		return idem.Record{}, false, fmt.Errorf("sqlitestore: get: %w", err)
 	}
 	if !found {
 		return idem.Record{}, false, nil
 	}
-	rec, err := r.record()
+	rec, err := r.Record()
 	if err != nil {
 		return idem.Record{}, false, fmt.Errorf("sqlitestore: get, key %q: %w", key, err)
 	}
@@ -361,7 +339,7 @@ func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
 // Like Complete, it moves the lease of a claim its token still holds, even
 // once the lease has ended.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
-	n, err := s.write(ctx, s.q.extend, []byte(scope), []byte(key), []byte(token), ceilMicro(leaseEnd).UnixMicro())
+	n, err := s.write(ctx, s.q.extend, []byte(scope), []byte(key), []byte(token), sqlbase.CeilMicro(leaseEnd).UnixMicro())
 	if err != nil {
 		return fmt.Errorf("sqlitestore: extend: %w", err)
 	}
@@ -375,7 +353,7 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 func (s *Store) isHeld(scope, key string) bool {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	_, ok := s.held[watchKey{scope, key}]
+	_, ok := s.held[sqlbase.WatchKey{Scope: scope, Key: key}]
 	return ok
 }
 
@@ -383,8 +361,8 @@ func (s *Store) setHeld(scope, key string, on bool) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	if on {
-		s.held[watchKey{scope, key}] = struct{}{}
+		s.held[sqlbase.WatchKey{Scope: scope, Key: key}] = struct{}{}
 	} else {
-		delete(s.held, watchKey{scope, key})
+		delete(s.held, sqlbase.WatchKey{Scope: scope, Key: key})
 	}
 }

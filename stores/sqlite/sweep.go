@@ -3,7 +3,10 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // DeleteExpired implements idem.ExpiredDeleter. It removes completed
@@ -14,7 +17,7 @@ import (
 // between batches so that requests are not held up by a large backlog. It
 // returns how many rows it removed.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
-	nowUS := floorMicro(now).UnixMicro()
+	nowUS := sqlbase.FloorMicro(now).UnixMicro()
 	total := 0
 	for {
 		n, err := s.write(ctx, s.q.expired, nowUS, sweepBatch)
@@ -34,28 +37,8 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 // DefaultSweepInterval unless WithSweepInterval says otherwise; call it
 // yourself to tie the sweeper to your own context.
 func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		return fmt.Errorf("sqlitestore: sweep interval %v is not positive", interval)
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.ctx.Done():
-			return ErrClosed
-		case <-t.C:
-		}
-		// Bound one sweep by the interval; a backlog is finished by the
-		// next ones.
-		sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
-		stop := context.AfterFunc(s.ctx, cancel)
-		n, err := s.DeleteExpired(sctx, time.Now())
-		stop()
-		cancel()
-		if err != nil && ctx.Err() == nil && s.ctx.Err() == nil {
-			s.opts.logger.Warn("sqlitestore: sweep failed", "table", s.table, "deleted", n, "err", err)
-		}
-	}
+	return s.base.Sweep(ctx, interval, func(ctx context.Context) (slog.Attr, error) {
+		n, err := s.DeleteExpired(ctx, time.Now())
+		return slog.Int("deleted", n), err
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // ExactlyOnceStore is a Store whose engine runs each claimed request in a
@@ -157,10 +158,9 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	res, err := t.tx.ExecContext(ctx, t.s.q.complete, args...)
 	if errors.Is(err, sql.ErrTxDone) {
 		t.end(func() error { return nil }) //nolint:errcheck // gives the lock back
-		if resp.Status < 400 {
-			return errors.New("sqlitestore: commit: the handler ended its transaction, but its response reports success")
-		}
-		return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
+		return sqlbase.CommitEnded("sqlitestore", resp.Status, func() error {
+			return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
+		})
 	}
 	if err == nil {
 		if n, _ := res.RowsAffected(); n != 1 {
@@ -168,11 +168,7 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 		}
 	}
 	if err != nil {
-		rbErr := ignoreDone(t.end(t.tx.Rollback))
-		if errors.Is(err, idem.ErrLeaseLost) {
-			return err
-		}
-		return errors.Join(fmt.Errorf("sqlitestore: commit: %w", err), rbErr)
+		return sqlbase.CommitFailed("sqlitestore", err, sqlbase.IgnoreTxDone(t.end(t.tx.Rollback)))
 	}
 	if err := t.end(t.tx.Commit); err != nil {
 		return fmt.Errorf("sqlitestore: commit: %w", err)
@@ -188,7 +184,7 @@ func (t *txn) Rollback(ctx context.Context) error {
 		return nil
 	}
 	t.done = true
-	if err := ignoreDone(t.end(t.tx.Rollback)); err != nil {
+	if err := sqlbase.IgnoreTxDone(t.end(t.tx.Rollback)); err != nil {
 		return fmt.Errorf("sqlitestore: rollback: %w", err)
 	}
 	return nil
@@ -216,11 +212,4 @@ func (t *txn) abandon() {
 		t.conn.Close()
 	}
 	t.s.unlock()
-}
-
-func ignoreDone(err error) error {
-	if errors.Is(err, sql.ErrTxDone) {
-		return nil
-	}
-	return err
 }

@@ -2,7 +2,8 @@ package sqlitestore
 
 import (
 	"context"
-	"sync"
+
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // Watch implements idem.Notifier for the engine's wait mode, in this
@@ -12,70 +13,10 @@ import (
 // process; a waiter there learns of the change by the engine's own poll
 // (see idem.WithWait). After Close, Watch returns ErrClosed.
 func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	if s.ctx.Err() != nil {
-		return nil, nil, ErrClosed
-	}
-	w := &watcher{ch: make(chan struct{})}
-	k := watchKey{scope, key}
-	ws := &s.watch
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ws.keys == nil {
-		ws.keys = make(map[watchKey]map[*watcher]struct{})
-	}
-	set := ws.keys[k]
-	if set == nil {
-		set = make(map[*watcher]struct{})
-		ws.keys[k] = set
-	}
-	set[w] = struct{}{}
-	return w.ch, func() { s.unwatch(k, w) }, nil
-}
-
-// watchSet is the store's watches, guarded by mu.
-type watchSet struct {
-	mu   sync.Mutex
-	keys map[watchKey]map[*watcher]struct{}
-}
-
-type watchKey struct{ scope, key string }
-
-// watcher is one Watch; fired is guarded by watchSet.mu.
-type watcher struct {
-	ch    chan struct{}
-	fired bool
-}
-
-func (w *watcher) fire() {
-	if !w.fired {
-		w.fired = true
-		close(w.ch)
-	}
-}
-
-func (s *Store) unwatch(k watchKey, w *watcher) {
-	ws := &s.watch
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if set := ws.keys[k]; set != nil {
-		delete(set, w)
-		if len(set) == 0 {
-			delete(ws.keys, k)
-		}
-	}
+	return s.watch.Watch(ctx, s.base, sqlbase.WatchKey{Scope: scope, Key: key})
 }
 
 // wake fires and forgets every watcher of (scope, key).
 func (s *Store) wake(scope, key string) {
-	ws := &s.watch
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	k := watchKey{scope, key}
-	for w := range ws.keys[k] {
-		w.fire()
-	}
-	delete(ws.keys, k)
+	s.watch.Wake(sqlbase.WatchKey{Scope: scope, Key: key})
 }
