@@ -5,6 +5,7 @@ go 1.26
 require (
 	github.com/idemkit/idem/conformance v0.1.0
 	github.com/idemkit/idem/core v0.1.0
+	github.com/idemkit/idem/stores/sqlbase v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jackc/puddle/v2 v2.2.3
 )
@@ -19,4 +20,5 @@ require (
 replace (
 	github.com/idemkit/idem/conformance => ../../conformance
 	github.com/idemkit/idem/core => ../../core
+	github.com/idemkit/idem/stores/sqlbase => ../sqlbase
 )

@@ -165,8 +165,8 @@ func TestSweeperDefault(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.cfg.sweepInterval != tc.want {
-			t.Errorf("%s: sweep interval %v, want %v", tc.name, s.cfg.sweepInterval, tc.want)
+		if s.cfg.SweepInterval != tc.want {
+			t.Errorf("%s: sweep interval %v, want %v", tc.name, s.cfg.SweepInterval, tc.want)
 		}
 		s.Close()
 	}

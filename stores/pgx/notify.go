@@ -88,7 +88,7 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 		}
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			s.cfg.logger.Debug("pgxstore: could not mark a record as waited for; the waiter polls", "table", s.table, "err", err)
+			s.cfg.Logger.Debug("pgxstore: could not mark a record as waited for; the waiter polls", "table", s.table, "err", err)
 		}
 	}
 	return w.ch, func() { l.remove(p, w) }, nil
@@ -127,7 +127,7 @@ type listener struct {
 func (s *Store) startListener() (*listener, error) {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
-	if s.ctx.Err() != nil {
+	if s.base.Context().Err() != nil {
 		return nil, ErrClosed
 	}
 	if s.listener != nil {
@@ -141,8 +141,10 @@ func (s *Store) startListener() (*listener, error) {
 		return nil, nil
 	}
 	l := &listener{s: s, watchers: make(map[string]map[*watcher]struct{}), done: make(chan struct{})}
+	if !s.base.Go(func(ctx context.Context) { l.run(ctx, connect) }) {
+		return nil, ErrClosed
+	}
 	s.listener = l
-	s.wg.Go(func() { l.run(s.ctx, connect) })
 	return l, nil
 }
 
@@ -240,10 +242,10 @@ func (l *listener) run(ctx context.Context, connect func(context.Context) (*pgx.
 		if poolClosed(err) {
 			// The application closed the pool without closing the store:
 			// no connection will ever come from it again.
-			l.s.cfg.logger.Debug("pgxstore: listener stopped: the pool is closed", "table", l.s.table)
+			l.s.cfg.Logger.Debug("pgxstore: listener stopped: the pool is closed", "table", l.s.table)
 			return
 		}
-		l.s.cfg.logger.Warn("pgxstore: listener disconnected; waiters poll until it is back",
+		l.s.cfg.Logger.Warn("pgxstore: listener disconnected; waiters poll until it is back",
 			"table", l.s.table, "retry_in", backoff, "err", err)
 		d := backoff/2 + rand.N(backoff/2+1)
 		t := time.NewTimer(d)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/stores/sqlbase"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -130,14 +131,14 @@ func TestClaimRaceWithSweeper(t *testing.T) {
 					return
 				}
 				if !res.Acquired {
-					if !res.Existing.ExpiresAt.After(floorMicro(n)) {
+					if !res.Existing.ExpiresAt.After(sqlbase.FloorMicro(n)) {
 						t.Errorf("claim at %v returned expired record %+v", n, res.Existing)
 					}
 					continue
 				}
 				takes.Add(1)
 				mu.Lock()
-				held[key] = append(held[key], interval{floorMicro(n), ceilMicro(n.Add(lease))})
+				held[key] = append(held[key], interval{sqlbase.FloorMicro(n), sqlbase.CeilMicro(n.Add(lease))})
 				mu.Unlock()
 			}
 		})

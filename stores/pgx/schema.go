@@ -5,26 +5,27 @@ import (
 	_ "embed" // for schemaTemplate
 	"fmt"
 	"hash/fnv"
-	"regexp"
 	"strings"
 
+	"github.com/idemkit/idem/stores/sqlbase"
 	"github.com/jackc/pgx/v5"
 )
 
 // DefaultTable is the table a Store uses unless WithTable names another.
-const DefaultTable = "idempotency_keys"
+const DefaultTable = sqlbase.DefaultTable
 
 //go:embed schema.sql
 var schemaTemplate string
 
-var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+// maxTable is PostgreSQL's limit on identifiers (NAMEDATALEN - 1).
+const maxTable = 63
 
 // validTable checks a table name. Only names matching
 // ^[A-Za-z_][A-Za-z0-9_]{0,62}$ are accepted; they are then quoted with
 // pgx.Identifier wherever they appear in SQL, so a name is never pasted raw.
 func validTable(table string) error {
-	if !tableRE.MatchString(table) {
-		return fmt.Errorf("%w: %q does not match %s", ErrBadOption, table, tableRE)
+	if err := sqlbase.CheckTable(table, maxTable); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadOption, err)
 	}
 	return nil
 }

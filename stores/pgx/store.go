@@ -2,6 +2,7 @@ package pgxstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/stores/sqlbase"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -71,11 +73,9 @@ type DB interface {
 type Option func(*config)
 
 type config struct {
-	table         string
-	sweepInterval time.Duration
-	sweepSet      bool // WithSweepInterval was given
-	notify        bool
-	logger        *slog.Logger
+	sqlbase.Options
+	sweepSet bool // WithSweepInterval was given
+	notify   bool
 }
 
 // WithTable sets the table the store uses. The default is DefaultTable
@@ -84,7 +84,7 @@ type config struct {
 // quoted, so it is case-sensitive. Put the table in another schema with the
 // connection's search_path.
 func WithTable(name string) Option {
-	return func(c *config) { c.table = name }
+	return func(c *config) { c.Table = name }
 }
 
 // WithSweepInterval sets how often the background sweeper runs until
@@ -96,7 +96,7 @@ func WithTable(name string) Option {
 // package doc). Expired records are never replayed either way; sweeping
 // only reclaims space.
 func WithSweepInterval(d time.Duration) Option {
-	return func(c *config) { c.sweepInterval, c.sweepSet = d, true }
+	return func(c *config) { c.SweepInterval, c.sweepSet = d, true }
 }
 
 // WithNotify turns notifications for the engine's wait mode on or off. It
@@ -114,7 +114,7 @@ func WithNotify(enabled bool) Option {
 // errors they cannot return. The default is slog.Default(); nil discards
 // them.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.logger = l }
+	return func(c *config) { c.Logger = l }
 }
 
 // Store is an idem.Store on PostgreSQL. It implements idem.Getter,
@@ -138,10 +138,7 @@ type Store struct {
 	batch   batcher     // db, when it can send a batch that begins a transaction
 	strict  atomic.Bool // a session defaults to an isolation stricter than READ COMMITTED
 
-	ctx    context.Context // cancelled by Close; parent of background work
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
+	base *sqlbase.Base // options, sweeper and listener's lifetime
 
 	lmu      sync.Mutex // guards listener and orders starting it with Close
 	listener *listener  // started by the first Watch
@@ -166,46 +163,32 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("pgxstore: nil DB")
 	}
-	cfg := config{table: DefaultTable, notify: true, logger: slog.Default()}
+	cfg := config{Options: sqlbase.Options{Table: DefaultTable, Logger: slog.Default()}, notify: true}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
 		}
 	}
-	if err := validTable(cfg.table); err != nil {
+	if err := cfg.Check(ErrBadOption, maxTable); err != nil {
 		return nil, err
-	}
-	if cfg.sweepInterval < 0 {
-		return nil, fmt.Errorf("%w: WithSweepInterval: %v is negative", ErrBadOption, cfg.sweepInterval)
 	}
 	if !cfg.sweepSet {
 		switch db.(type) {
 		case *pgx.Conn, pgx.Tx:
 		default:
-			cfg.sweepInterval = DefaultSweepInterval
+			cfg.SweepInterval = DefaultSweepInterval
 		}
 	}
-	if cfg.logger == nil {
-		cfg.logger = slog.New(slog.DiscardHandler)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{
 		db:      db,
-		table:   cfg.table,
-		channel: channelName(cfg.table),
-		q:       newQueries(cfg.table),
+		table:   cfg.Table,
+		channel: channelName(cfg.Table),
+		q:       newQueries(cfg.Table),
 		cfg:     cfg,
 		batch:   batcherOf(db),
-		ctx:     ctx,
-		cancel:  cancel,
+		base:    sqlbase.NewBase("pgxstore", cfg.Options, ErrClosed),
 	}
-	if cfg.sweepInterval > 0 {
-		s.wg.Go(func() {
-			if err := s.Sweep(ctx, cfg.sweepInterval); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
-				cfg.logger.Error("pgxstore: sweeper stopped", "table", s.table, "err", err)
-			}
-		})
-	}
+	s.base.StartSweeper(s.Sweep)
 	return s, nil
 }
 
@@ -216,13 +199,7 @@ func (s *Store) Table() string { return s.table }
 // It does not close the DB. The store's other methods keep working; Watch
 // and Sweep return ErrClosed. Close is safe to call more than once.
 func (s *Store) Close() error {
-	s.once.Do(func() {
-		// Under lmu, so no listener starts (wg.Add) once Wait may run.
-		s.lmu.Lock()
-		s.cancel()
-		s.lmu.Unlock()
-		s.wg.Wait()
-	})
+	s.base.Close(nil)
 	return nil
 }
 
@@ -237,8 +214,8 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 
 // claim runs the claim statement sql (claimSQL in one of its two forms).
 func (s *Store) claim(ctx context.Context, sql string, c idem.Claim) (idem.ClaimResult, error) {
-	now := floorMicro(c.Now)
-	leaseEnd := ceilMicro(c.LeaseEnd)
+	now := sqlbase.FloorMicro(c.Now)
+	leaseEnd := sqlbase.CeilMicro(c.LeaseEnd)
 	scope := []byte(c.Scope)
 	fp := []byte(c.Fingerprint)
 	token := []byte(c.Token)
@@ -311,7 +288,7 @@ func (s *Store) complete(ctx context.Context, in pgx.Tx, scope, key, token strin
 		header = idem.AppendHeader(nil, resp.Header)
 	}
 	args := []any{[]byte(scope), key, []byte(token), resp.Status, header, resp.Body,
-		resp.BodyOmitted, ceilMicro(expiresAt)}
+		resp.BodyOmitted, sqlbase.CeilMicro(expiresAt)}
 	sql := s.q.complete
 	if s.cfg.notify {
 		sql = s.q.completeNotify
@@ -349,7 +326,7 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 // Get implements idem.Getter in one statement.
 func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
 	var r rawRecord
-	err := s.queryRow(ctx, s.q.get, []any{[]byte(scope), key, floorMicro(now)},
+	err := s.queryRow(ctx, s.q.get, []any{[]byte(scope), key, sqlbase.FloorMicro(now)},
 		&r.fingerprint, &r.state, &r.status, &r.headers, &r.body, &r.bodyOmitted,
 		&r.createdAt, &r.leaseEnd, &r.expiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -453,7 +430,7 @@ func (s *Store) sweep(ctx context.Context, now time.Time, page uint32) (deleted 
 	to := pgtype.TID{BlockNumber: uint32(min(uint64(page)+sweepPages, 1<<32-1)), Valid: true}
 	var size int64
 	for i := 1; ; i++ {
-		err = s.queryRow(ctx, s.q.deleteExpired, []any{from, to, floorMicro(now), pgx.Identifier{s.table}.Sanitize()}, &deleted, &size)
+		err = s.queryRow(ctx, s.q.deleteExpired, []any{from, to, sqlbase.FloorMicro(now), pgx.Identifier{s.table}.Sanitize()}, &deleted, &size)
 		if err == nil || i == maxClaimAttempts || !serializationFailure(err) {
 			break
 		}
@@ -469,7 +446,7 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 
 func (s *Store) extend(ctx context.Context, sql, scope, key, token string, leaseEnd time.Time) error {
 	n, err := retry(func() (int64, error) {
-		return s.exec(ctx, sql, []byte(scope), key, []byte(token), ceilMicro(leaseEnd))
+		return s.exec(ctx, sql, []byte(scope), key, []byte(token), sqlbase.CeilMicro(leaseEnd))
 	})
 	if err != nil {
 		return fmt.Errorf("pgxstore: extend: %w", err)
@@ -486,37 +463,18 @@ func (s *Store) extend(ctx context.Context, sql, scope, key, token string, lease
 // ctx.Err() or ErrClosed. The background sweeper (WithSweepInterval) is a
 // Sweep; call it yourself to tie one to your own context.
 func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		return fmt.Errorf("pgxstore: sweep interval %v is not positive", interval)
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	var page uint32
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.ctx.Done():
-			return ErrClosed
-		case <-t.C:
-		}
-		// Bound one sweep by the interval so a hung server cannot pile
-		// sweeps up; a backlog is finished by the next ones.
-		sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
-		stop := context.AfterFunc(s.ctx, cancel)
-		_, pages, err := s.sweep(sctx, time.Now(), page)
-		stop()
-		cancel()
+	return s.base.Sweep(ctx, interval, func(ctx context.Context) (slog.Attr, error) {
+		attr := slog.Any("page", page)
+		_, pages, err := s.sweep(ctx, time.Now(), page)
 		if err != nil {
-			if ctx.Err() == nil && s.ctx.Err() == nil {
-				s.cfg.logger.Warn("pgxstore: sweep failed", "table", s.table, "page", page, "err", err)
-			}
-			continue
+			return attr, err
 		}
 		if page += sweepPages; page >= pages {
 			page = 0
 		}
-	}
+		return attr, nil
+	})
 }
 
 // serializationFailure reports SQLSTATE 40001. Under READ COMMITTED a
@@ -649,21 +607,6 @@ func payload(scope, key string) string {
 	return string(out[:])
 }
 
-// The database keeps microseconds. The engine's now is rounded down and
-// the deadlines it sets are rounded up, so "now >= deadline" in SQL holds
-// exactly when it holds in Go for deadlines on a microsecond, and is at
-// most a microsecond late (the safe direction: a lease lasts a little
-// longer) otherwise. Every method rounds the same way, so they agree.
-func floorMicro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
-
-func ceilMicro(t time.Time) time.Time {
-	f := t.Truncate(time.Microsecond)
-	if f.Equal(t) {
-		return f
-	}
-	return f.Add(time.Microsecond)
-}
-
 // rawRecord is a row as scanned, nullable columns included.
 type rawRecord struct {
 	fingerprint []byte
@@ -677,38 +620,22 @@ type rawRecord struct {
 	expiresAt   pgtype.Timestamptz
 }
 
-// record converts a row to a record, checking that it is one this package
-// can have written; otherwise it returns an error wrapping
-// idem.ErrCorruptRecord (a NULL where a value must be, a state other than
-// 1 or 2, a status outside 200 to 599, a malformed headers column).
+// record converts a row to a record (sqlbase.Row.Record), checking that
+// it is one this package can have written; otherwise it returns an error
+// wrapping idem.ErrCorruptRecord.
 func (r *rawRecord) record() (idem.Record, error) {
-	if !r.state.Valid || !r.createdAt.Valid || !r.expiresAt.Valid {
-		return idem.Record{}, fmt.Errorf("%w: state, created_at or expires_at is NULL", idem.ErrCorruptRecord)
+	row := sqlbase.Row{
+		Fingerprint: r.fingerprint,
+		State:       sql.NullInt64{Int64: int64(r.state.Int16), Valid: r.state.Valid},
+		Status:      sql.NullInt64{Int64: int64(r.status.Int32), Valid: r.status.Valid},
+		Header:      r.headers,
+		Body:        r.body,
+		BodyOmitted: r.bodyOmitted.Bool,
+		CreatedAt:   sql.NullTime{Time: r.createdAt.Time, Valid: r.createdAt.Valid},
+		LeaseEnd:    sql.NullTime{Time: r.leaseEnd.Time, Valid: r.leaseEnd.Valid},
+		ExpiresAt:   sql.NullTime{Time: r.expiresAt.Time, Valid: r.expiresAt.Valid},
 	}
-	rec := idem.Record{
-		Fingerprint: string(r.fingerprint),
-		State:       idem.State(r.state.Int16),
-		CreatedAt:   r.createdAt.Time,
-		LeaseEnd:    r.leaseEnd.Time, // zero when NULL
-		ExpiresAt:   r.expiresAt.Time,
-	}
-	if r.state.Int16 != int16(rec.State) {
-		return idem.Record{}, fmt.Errorf("%w: state %d", idem.ErrCorruptRecord, r.state.Int16)
-	}
-	if rec.State == idem.StateCompleted {
-		if !r.status.Valid {
-			return idem.Record{}, fmt.Errorf("%w: completed with a NULL status", idem.ErrCorruptRecord)
-		}
-		rec.Response = &idem.Response{Status: int(r.status.Int32), Body: r.body, BodyOmitted: r.bodyOmitted.Bool}
-		if r.headers != nil {
-			h, err := idem.ParseHeader(r.headers)
-			if err != nil {
-				return idem.Record{}, err
-			}
-			rec.Response.Header = h
-		}
-	}
-	return rec, rec.Check()
+	return row.Record()
 }
 
 // pool returns db as a *pgxpool.Pool when it is one.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/stores/sqlbase"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -241,14 +242,12 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	t.done = true
 	if t.failed() {
 		t.tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // may be closed already
-		if resp.Status < 400 {
-			return fmt.Errorf("pgxstore: commit: %w", errTxFailed)
-		}
-		// The handler answered an error after its transaction failed:
-		// nothing of its writes remains (unless it committed them itself
-		// with a COMMIT statement), which is what the answer says, so the
-		// answer is stored (token-checked) on its own.
-		return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
+		// An error answer after the transaction failed: nothing of its
+		// writes remains (unless the handler committed them itself with
+		// a COMMIT statement), which is what the answer says.
+		return sqlbase.CommitEnded("pgxstore", resp.Status, func() error {
+			return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
+		})
 	}
 	n, err := t.s.complete(ctx, t.tx, t.scope, t.key, t.token, resp, expiresAt)
 	if err == nil && n == 0 {
@@ -256,10 +255,7 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	}
 	if err != nil {
 		rbErr := t.tx.Rollback(context.WithoutCancel(ctx))
-		if errors.Is(err, idem.ErrLeaseLost) {
-			return err
-		}
-		return errors.Join(fmt.Errorf("pgxstore: commit: %w", err), ignoreClosed(rbErr))
+		return sqlbase.CommitFailed("pgxstore", err, ignoreClosed(rbErr))
 	}
 	if err := t.tx.Commit(ctx); err != nil {
 		// pgx rolls back a transaction whose COMMIT fails; this makes sure
@@ -290,8 +286,6 @@ func ignoreClosed(err error) error {
 	}
 	return err
 }
-
-var errTxFailed = errors.New("the handler's transaction failed or was rolled back, but its response reports success")
 
 // handlerTx is the transaction as the handler sees it: everything but
 // Commit, which the engine owns.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/stores/sqlbase"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -441,8 +442,8 @@ func TestExactlyOnceHandlerEndsTx(t *testing.T) {
 					t.Fatalf("commit = %v, record %+v", err, rec)
 				}
 			} else {
-				if !errors.Is(err, errTxFailed) {
-					t.Fatalf("commit = %v, want errTxFailed", err)
+				if !errors.Is(err, sqlbase.ErrTxFailed) {
+					t.Fatalf("commit = %v, want sqlbase.ErrTxFailed", err)
 				}
 				if rec.State != idem.StateInProgress {
 					t.Fatalf("record %+v was completed outside the transaction", rec)
