@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // The store's SQL. Most statements are templates compiled once, in New:
@@ -26,7 +28,7 @@ import (
 // sends a large parameter in COM_STMT_SEND_LONG_DATA packets whatever the
 // DSN says (interpolateParams applies to unprepared statements only).
 // recordCols are the columns every read returns, in scan order.
-const recordCols = "fingerprint, state, status, headers, body, body_omitted, created_at, lease_end, expires_at"
+const recordCols = sqlbase.RecordColumns
 
 // selectSQL is the claim's first statement: a plain SELECT by primary
 // key. Run on its own (autocommit) it is a consistent non-locking read

@@ -406,11 +406,8 @@ func encodeHeader(h http.Header) ([]byte, error) {
 // Release implements idem.Store in one statement.
 func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	n, err := s.exec(ctx, s.q.release.render(scopeKey(scope), key, token))
-	if err != nil {
-		return fmt.Errorf("mysqlstore: release: %w", err)
-	}
-	if n == 0 {
-		return idem.ErrLeaseLost
+	if err := sqlbase.WriteResult("mysqlstore", "release", n, err); err != nil {
+		return err
 	}
 	s.wake(scope, key)
 	return nil
@@ -451,11 +448,8 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 // the key.
 func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
 	n, err := s.exec(ctx, s.q.evict.render(scopeKey(scope), key, token))
-	if err != nil {
-		return fmt.Errorf("mysqlstore: evict: %w", err)
-	}
-	if n == 0 {
-		return idem.ErrLeaseLost
+	if err := sqlbase.WriteResult("mysqlstore", "evict", n, err); err != nil {
+		return err
 	}
 	s.wake(scope, key)
 	return nil

@@ -3,6 +3,7 @@ package pgxstore
 import (
 	"strings"
 
+	"github.com/idemkit/idem/stores/sqlbase"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -30,7 +31,7 @@ type queries struct {
 }
 
 // recordCols are the columns every read returns, in scan order.
-const recordCols = `fingerprint, state, status, headers, body, body_omitted, created_at, lease_end, expires_at`
+const recordCols = sqlbase.RecordColumns
 
 // claimSQL takes (scope, key) or returns the record that blocks it, in one
 // statement that commits on its own. Parameters: $1 scope, $2 key,

@@ -269,11 +269,8 @@ func (s *Store) claim(ctx context.Context, sql string, c idem.Claim) (idem.Claim
 // Complete implements idem.Store in one statement.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
 	n, err := retry(func() (int64, error) { return s.complete(ctx, nil, scope, key, token, resp, expiresAt) })
-	if err != nil {
-		return fmt.Errorf("pgxstore: complete: %w", err)
-	}
-	if n == 0 {
-		return idem.ErrLeaseLost
+	if err := sqlbase.WriteResult("pgxstore", "complete", n, err); err != nil {
+		return err
 	}
 	s.wakeLocal(scope, key)
 	return nil
@@ -313,11 +310,8 @@ func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	} else {
 		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.release, []byte(scope), key, []byte(token)) })
 	}
-	if err != nil {
-		return fmt.Errorf("pgxstore: release: %w", err)
-	}
-	if n == 0 {
-		return idem.ErrLeaseLost
+	if err := sqlbase.WriteResult("pgxstore", "release", n, err); err != nil {
+		return err
 	}
 	s.wakeLocal(scope, key)
 	return nil
@@ -382,11 +376,8 @@ func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
 	} else {
 		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.evict, []byte(scope), key, []byte(token)) })
 	}
-	if err != nil {
-		return fmt.Errorf("pgxstore: evict: %w", err)
-	}
-	if n == 0 {
-		return idem.ErrLeaseLost
+	if err := sqlbase.WriteResult("pgxstore", "evict", n, err); err != nil {
+		return err
 	}
 	s.wakeLocal(scope, key)
 	return nil
@@ -448,11 +439,8 @@ func (s *Store) extend(ctx context.Context, sql, scope, key, token string, lease
 	n, err := retry(func() (int64, error) {
 		return s.exec(ctx, sql, []byte(scope), key, []byte(token), sqlbase.CeilMicro(leaseEnd))
 	})
-	if err != nil {
-		return fmt.Errorf("pgxstore: extend: %w", err)
-	}
-	if n == 0 {
-		return idem.ErrLeaseLost
+	if err := sqlbase.WriteResult("pgxstore", "extend", n, err); err != nil {
+		return err
 	}
 	return nil
 }

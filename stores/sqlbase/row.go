@@ -8,6 +8,11 @@ import (
 	idem "github.com/idemkit/idem/core"
 )
 
+// RecordColumns are the columns of a record's row, in the order of Row's
+// and MicroRow's fields: what a store's SELECT of a record returns, and
+// what MicroRow.Scan reads.
+const RecordColumns = "fingerprint, state, status, headers, body, body_omitted, created_at, lease_end, expires_at"
+
 // Row is a record's row as a store read it, NULLs included, with its times
 // already decoded: the columns fingerprint, state, status, headers, body,
 // body_omitted, created_at, lease_end and expires_at that every SQL store
@@ -78,7 +83,7 @@ type MicroRow struct {
 	ExpiresAt   sql.NullInt64
 }
 
-// Scan reads the row's columns, in the order of Row's fields, from row. It
+// Scan reads the row's RecordColumns from row. It
 // reports false, and no error, when there is no row.
 func (r *MicroRow) Scan(row *sql.Row) (bool, error) {
 	err := row.Scan(&r.Fingerprint, &r.State, &r.Status, &r.Header, &r.Body, &r.BodyOmitted,

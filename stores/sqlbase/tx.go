@@ -55,3 +55,19 @@ func IgnoreTxDone(err error) error {
 	}
 	return err
 }
+
+// WriteResult is the outcome of a token-checked write (a Complete,
+// Release, Evict or Extend) that ran as one statement, changed n rows and
+// failed with err: err prefixed with the store's name and the operation
+// ("release"), idem.ErrLeaseLost when it changed no row (the token does
+// not hold the record any more, or it is gone), nil when it changed the
+// record.
+func WriteResult(name, op string, n int64, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: %s: %w", name, op, err)
+	case n == 0:
+		return idem.ErrLeaseLost
+	}
+	return nil
+}

@@ -93,3 +93,31 @@ func TestIgnoreTxDone(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteResult(t *testing.T) {
+	errExec := errors.New("exec failed")
+	for _, tc := range []struct {
+		name string
+		n    int64
+		err  error
+		want error
+		text string
+	}{
+		{"changed", 1, nil, nil, ""},
+		{"no row", 0, nil, idem.ErrLeaseLost, idem.ErrLeaseLost.Error()},
+		{"failed", 0, errExec, errExec, "teststore: release: exec failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := WriteResult("teststore", "release", tc.n, tc.err)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || err.Error() != tc.text {
+				t.Errorf("error %q, want %q wrapping %v", err, tc.text, tc.want)
+			}
+		})
+	}
+}

@@ -1,12 +1,14 @@
 package sqlitestore
 
+import "github.com/idemkit/idem/stores/sqlbase"
+
 // queries holds the store's statements for one table. Every value is a
 // parameter; the table name, validated, is the only thing spliced in.
 type queries struct {
 	get, read, claim, complete, release, delete, evict, extend, hold, expired string
 }
 
-const recordCols = `fingerprint, state, status, headers, body, body_omitted, created_at, lease_end, expires_at`
+const recordCols = sqlbase.RecordColumns
 
 func newQueries(table string) queries {
 	t := quoteIdent(table)

@@ -248,11 +248,8 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 		return err
 	}
 	n, err := s.write(ctx, s.q.complete, args...)
-	if err != nil {
-		return fmt.Errorf("sqlitestore: complete: %w", err)
-	}
-	if n != 1 {
-		return idem.ErrLeaseLost
+	if err := sqlbase.WriteResult("sqlitestore", "complete", n, err); err != nil {
+		return err
 	}
 	s.wake(scope, key)
 	return nil
@@ -281,11 +278,8 @@ func completion(scope, key, token string, resp idem.Response, expiresAt time.Tim
 // Release implements idem.Store in one statement under the write lock.
 func (s *Store) Release(ctx context.Context, scope, key, token string) error {
 	n, err := s.write(ctx, s.q.release, []byte(scope), []byte(key), []byte(token))
-	if err != nil {
-		return fmt.Errorf("sqlitestore: release: %w", err)
-	}
-	if n == 0 {
-		return idem.ErrLeaseLost
+	if err := sqlbase.WriteResult("sqlitestore", "release", n, err); err != nil {
+		return err
 	}
 	s.wake(scope, key)
 	return nil
@@ -325,11 +319,8 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 // Evict implements idem.Evicter in one statement under the write lock.
 func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
 	n, err := s.write(ctx, s.q.evict, []byte(scope), []byte(key), []byte(token))
-	if err != nil {
-		return fmt.Errorf("sqlitestore: evict: %w", err)
-	}
-	if n == 0 {
-		return idem.ErrLeaseLost
+	if err := sqlbase.WriteResult("sqlitestore", "evict", n, err); err != nil {
+		return err
 	}
 	s.wake(scope, key)
 	return nil
@@ -340,11 +331,8 @@ func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
 // once the lease has ended.
 func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
 	n, err := s.write(ctx, s.q.extend, []byte(scope), []byte(key), []byte(token), sqlbase.CeilMicro(leaseEnd).UnixMicro())
-	if err != nil {
-		return fmt.Errorf("sqlitestore: extend: %w", err)
-	}
-	if n != 1 {
-		return idem.ErrLeaseLost
+	if err := sqlbase.WriteResult("sqlitestore", "extend", n, err); err != nil {
+		return err
 	}
 	return nil
 }
