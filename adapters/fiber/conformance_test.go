@@ -7,7 +7,7 @@ import (
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/adaptor"
-	"github.com/gofiber/fiber/v3/middleware/recover"
+	fiberrecover "github.com/gofiber/fiber/v3/middleware/recover"
 	idemfiber "github.com/idemkit/idem/adapters/fiber"
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
@@ -27,7 +27,7 @@ import (
 // would, so that clients see a problem there too.
 func fixtureApp(e *idem.Engine, f *conformance.Fixture) *fiber.App {
 	app := fiber.New(fiber.Config{ErrorHandler: problemErrors})
-	app.Use(recover.New())
+	app.Use(fiberrecover.New())
 	cfg := idemfiber.Config{Namespace: func(c fiber.Ctx) string { return conformance.BearerName(c.Get("Authorization")) }}
 	for _, rt := range f.Routes() {
 		handler := func(c fiber.Ctx) error {

@@ -233,6 +233,9 @@ func (m *middleware) fail(c fiber.Ctx, err error) error {
 }
 
 func send(c fiber.Ctx, p idem.Problem) error {
+	if c.Request().IsBodyStream() {
+		c.RequestCtx().SetConnectionClose() // the rest of the body is not read
+	}
 	c.Set("Content-Type", "application/problem+json")
 	c.Set("Cache-Control", "no-store")
 	if p.RetryAfter > 0 {
