@@ -68,6 +68,9 @@ func (cfg Config) Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Han
 	}
 	p, _ := e.Problem(idem.ErrMissingKey)
 	m := &middleware{e: e, p: e.Policy(opts...), cfg: cfg, base: strings.TrimSuffix(p.Type, "missing-key")}
+	for k := range e.ReplayHeader(&idem.Response{Status: http.StatusNoContent}) {
+		m.marker = k // the replay marker alone: no headers, no body
+	}
 	return m.handle
 }
 
@@ -84,10 +87,11 @@ func CheckRoutes(app *fiber.App, opts ...idem.RouteOption) error {
 }
 
 type middleware struct {
-	e    *idem.Engine
-	p    *idem.Policy
-	cfg  Config
-	base string // the engine's problem type base
+	e      *idem.Engine
+	p      *idem.Policy
+	cfg    Config
+	base   string // the engine's problem type base
+	marker string // the engine's replay header
 }
 
 // protected marks, in c.Locals, a request a middleware already protects.
@@ -108,7 +112,8 @@ func (m *middleware) handle(c fiber.Ctx) error {
 	if rt.Skip {
 		return c.Next()
 	}
-	key, err := idem.ParseKey(values(c.Request().Header.PeekAll(e.KeyHeader())))
+	var buf [1]string
+	key, err := idem.ParseKey(values(buf[:0], c.Request().Header.PeekAll(e.KeyHeader())))
 	if errors.Is(err, idem.ErrMissingKey) && !rt.Required {
 		return c.Next()
 	} else if err != nil {
@@ -119,11 +124,12 @@ func (m *middleware) handle(c fiber.Ctx) error {
 		return m.fail(c, err)
 	}
 	ns, fp := "", ""
+	// Copied: Fiber's strings may share its buffers, reused after the request.
 	if m.cfg.Namespace != nil {
-		ns = m.cfg.Namespace(c)
+		ns = strings.Clone(m.cfg.Namespace(c))
 	}
 	if m.cfg.Fingerprint != nil {
-		fp = m.cfg.Fingerprint(c, body)
+		fp = strings.Clone(m.cfg.Fingerprint(c, body))
 	} else if fp, err = e.FingerprintRequest(method, c.OriginalURL(), body); err != nil {
 		return m.fail(c, err)
 	}
@@ -174,16 +180,18 @@ func (m *middleware) run(c fiber.Ctx, call *idem.Call) error {
 // body reads the request body, up to the engine's cap.
 func (m *middleware) body(c fiber.Ctx) ([]byte, error) {
 	limit, req := m.e.MaxRequestBody(), c.Request()
-	tooLarge := idem.Problem{Type: m.base + "body-too-large", Status: http.StatusRequestEntityTooLarge, Title: "Request body too large",
-		Detail: fmt.Sprintf("The request body is larger than %d bytes.", limit)}
+	tooLarge := func() error {
+		return problemError{idem.Problem{Type: m.base + "body-too-large", Status: http.StatusRequestEntityTooLarge,
+			Title: "Request body too large", Detail: fmt.Sprintf("The request body is larger than %d bytes.", limit)}}
+	}
 	if int64(req.Header.ContentLength()) > limit {
-		return nil, problemError{tooLarge}
+		return nil, tooLarge()
 	}
 	if !req.IsBodyStream() {
 		if b := req.Body(); int64(len(b)) <= limit {
 			return b, nil
 		}
-		return nil, problemError{tooLarge}
+		return nil, tooLarge()
 	}
 	b, err := io.ReadAll(io.LimitReader(req.BodyStream(), limit+1))
 	switch {
@@ -191,23 +199,25 @@ func (m *middleware) body(c fiber.Ctx) ([]byte, error) {
 		return nil, problemError{idem.Problem{Type: m.base + "body-unreadable", Status: http.StatusBadRequest,
 			Title: "Request body could not be read", Detail: "The request body could not be read."}}
 	case int64(len(b)) > limit:
-		return nil, problemError{tooLarge}
+		return nil, tooLarge()
 	}
 	req.SetBody(b) // for the handler, in place of the stream read here
 	return req.Body(), nil
 }
 
-// replay sends a stored response.
+// replay sends a stored response, with the headers Engine.ReplayHeader
+// gives it (fasthttp sets Content-Length from the body).
 func (m *middleware) replay(c fiber.Ctx, resp *idem.Response) error {
 	h := &c.Response().Header
-	for k, vs := range m.e.ReplayHeader(resp) {
-		if k == "Content-Length" {
-			continue // fasthttp sets it from the body
-		}
+	for k, vs := range resp.Header {
 		h.Del(k)
 		for _, v := range vs {
 			h.Add(k, v)
 		}
+	}
+	h.Set(m.marker, "true")
+	if resp.BodyOmitted {
+		h.Set(idem.HeaderBodyOmitted, "true")
 	}
 	c.Status(resp.Status)
 	c.Response().SetBody(resp.Body)
@@ -267,14 +277,10 @@ func headers(h *fasthttp.ResponseHeader, outer http.Header, before bool) http.He
 	return out
 }
 
-// values returns a header's values as strings.
-func values(b [][]byte) []string {
-	if len(b) == 0 {
-		return nil
+// values appends a header's values to dst as strings.
+func values(dst []string, b [][]byte) []string {
+	for _, v := range b {
+		dst = append(dst, string(v))
 	}
-	out := make([]string, len(b))
-	for i, v := range b {
-		out[i] = string(v)
-	}
-	return out
+	return dst
 }

@@ -358,7 +358,7 @@ func TestRouteTTL(t *testing.T) {
 	mu.Lock()
 	now = now.Add(2 * time.Minute)
 	mu.Unlock()
-	a.check(step{path: "/ttl", key: "t", code: 201, count: 3})                     // TTL(time.Minute) ran out
+	a.check(step{path: "/ttl", key: "t", code: 201, count: 3})                      // TTL(time.Minute) ran out
 	a.check(step{path: "/orders/1", key: "t", code: 201, replayed: true, count: 3}) // the engine's hour did not
 }
 

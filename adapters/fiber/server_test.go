@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v3"
 )
@@ -25,7 +26,10 @@ func listen(t testing.TB, app *fiber.App) string {
 		_ = app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
 	}()
 	t.Cleanup(func() {
-		_ = app.Shutdown()
+		// Keep-alive connections of the tests' clients would hold the
+		// shutdown until they time out.
+		http.DefaultClient.CloseIdleConnections()
+		_ = app.ShutdownWithTimeout(10 * time.Second)
 		<-done
 	})
 	return ln.Addr().String()
