@@ -18,22 +18,17 @@ import (
 // given an engine it cannot serve; it wraps idem.ErrBadOption.
 var ErrBadOption = fmt.Errorf("idemfiber: %w", idem.ErrBadOption)
 
-// Config holds the Fiber equivalents of the engine options that need a
-// *http.Request (idem.WithNamespace, idem.WithFingerprint), which an
-// engine given to Middleware must not have. The zero Config is the
-// default: every client shares one namespace, and the fingerprint is the
-// engine's (the method, the request target as sent and the body;
-// idem.WithJSONFingerprint applies).
+// Config holds the Fiber equivalents of idem.WithNamespace and
+// idem.WithFingerprint, which need a *http.Request. The zero Config is
+// the default: one namespace for every client, and the engine's
+// fingerprint (method, request target as sent, body; or JSON).
 type Config struct {
-	// Namespace returns the client's namespace (a tenant or an
-	// authenticated user), which scopes its keys; "" is the global
-	// namespace (refused with 403 under idem.WithRequireNamespace). Nil
-	// means "" for every request. Mount the middleware after the
-	// authentication it reads.
+	// Namespace returns the client's namespace (a tenant, a user), which
+	// scopes its keys; "" is the global one (403 under
+	// idem.WithRequiredNamespace). Nil means "" for every request.
 	Namespace func(c fiber.Ctx) string
-	// Fingerprint returns the fingerprint of the request, whose body is
-	// body; a retry with the same key and another fingerprint gets 422.
-	// Nil means the engine's fingerprint.
+	// Fingerprint returns the request's fingerprint; a retry with the
+	// same key and another fingerprint gets 422. Nil: the engine's.
 	Fingerprint func(c fiber.Ctx, body []byte) string
 }
 
@@ -45,12 +40,10 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Handler {
 }
 
 // Middleware returns Fiber middleware that protects the routes it is
-// declared on with e's policy and opts (nil options are ignored). Keys
-// are scoped by the namespace, the method and the template of the route
-// Fiber matched (c.Route().Path, "/orders/:id"). Mount it on routes, not
-// with app.Use or a group's handlers: there Fiber has not routed the
-// request yet, and the middleware answers every request with a protected
-// method 500 (see the package documentation).
+// declared on with e's policy and opts (nil options are ignored), keys
+// scoped by the namespace, the method and c.Route().Path. Mount it on
+// routes, not with app.Use or a group's handlers, where it answers 500
+// (see the package documentation):
 //
 //	app.Post("/orders", idemfiber.Middleware(engine), createOrder)
 //
@@ -61,9 +54,8 @@ func (cfg Config) Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Han
 		panic(fmt.Errorf("%w: the engine is nil; pass one that idem.New returned", ErrBadOption))
 	}
 	if names := e.RequestOptions(); len(names) > 0 {
-		panic(fmt.Errorf("%w: the engine has %s, which need a *http.Request that Fiber does not have; "+
-			"build it without them and set idemfiber.Config's Namespace or Fingerprint instead "+
-			"(WithKeyField has no Fiber equivalent: send the key in the %s header)",
+		panic(fmt.Errorf("%w: the engine has %s, which need a *http.Request that Fiber does not have; build it without them and set "+
+			"idemfiber.Config's Namespace or Fingerprint instead (WithKeyField has no Fiber equivalent: send the key in the %s header)",
 			ErrBadOption, strings.Join(names, ", "), e.KeyHeader()))
 	}
 	p, _ := e.Problem(idem.ErrMissingKey)
@@ -76,8 +68,7 @@ func (cfg Config) Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Han
 
 // CheckRoutes returns an error wrapping idem.ErrBadOption when an
 // idem.ForRoute rule in opts names a route app does not have (a typo
-// would leave the real route on the default policy). Call it once the
-// routes are declared, with the options given to Middleware.
+// leaves the real route on the default policy), once routes are declared.
 func CheckRoutes(app *fiber.App, opts ...idem.RouteOption) error {
 	var routes []idem.RouteRule
 	for _, r := range app.GetRoutes(true) {
@@ -102,10 +93,9 @@ func (m *middleware) handle(c fiber.Ctx) error {
 	if !e.Protects(method) || c.Locals(protected{}) != nil {
 		return c.Next() // a nested middleware: the outer policy applies
 	}
-	if !c.Matched() {
-		return send(c, idem.Problem{Type: m.base + "route-unknown", Status: http.StatusInternalServerError,
-			Title:  "Idempotency middleware cannot see the route",
-			Detail: "The server mounts the idempotency middleware with app.Use or on a group, before Fiber routes the request; it must be mounted on the routes."})
+	if !c.Matched() { // app.Use: Fiber has not routed the request yet
+		return send(c, *m.problem("route-unknown", http.StatusInternalServerError, "Idempotency middleware cannot see the route",
+			"The server mounts the idempotency middleware with app.Use or on a group, before Fiber routes the request; it must be mounted on the routes."))
 	}
 	route := c.Route().Path
 	rt := m.p.Route(method, route)
@@ -113,20 +103,23 @@ func (m *middleware) handle(c fiber.Ctx) error {
 		return c.Next()
 	}
 	var buf [1]string
-	key, err := idem.ParseKey(values(buf[:0], c.Request().Header.PeekAll(e.KeyHeader())))
+	vals := buf[:0] // no allocation for the usual single value
+	for _, v := range c.Request().Header.PeekAll(e.KeyHeader()) {
+		vals = append(vals, string(v))
+	}
+	key, err := idem.ParseKey(vals)
 	if errors.Is(err, idem.ErrMissingKey) && !rt.Required {
 		return c.Next()
 	} else if err != nil {
 		return m.fail(c, err)
 	}
-	body, err := m.body(c)
-	if err != nil {
-		return m.fail(c, err)
+	body, p := m.body(c)
+	if p != nil {
+		return send(c, *p)
 	}
-	ns, fp := "", ""
-	// Copied: Fiber's strings may share its buffers, reused after the request.
+	var ns, fp string
 	if m.cfg.Namespace != nil {
-		ns = strings.Clone(m.cfg.Namespace(c))
+		ns = strings.Clone(m.cfg.Namespace(c)) // Fiber's strings may share its buffers
 	}
 	if m.cfg.Fingerprint != nil {
 		fp = strings.Clone(m.cfg.Fingerprint(c, body))
@@ -134,40 +127,30 @@ func (m *middleware) handle(c fiber.Ctx) error {
 		return m.fail(c, err)
 	}
 	call, stored, err := e.Start(c.Context(), idem.Op{Namespace: ns, Kind: method, Name: route, Key: key, Fingerprint: fp, Retention: rt.Retention})
-	switch {
-	case err != nil:
+	if err != nil {
 		return m.fail(c, err)
-	case stored != nil:
+	} else if stored != nil {
 		return m.replay(c, stored)
 	}
 	return m.run(c, call)
 }
 
-// run runs the rest of the chain under call and settles it with the
-// response the chain leaves in c.
+// run runs the rest of the chain under call and settles it.
 func (m *middleware) run(c fiber.Ctx, call *idem.Call) error {
 	c.Locals(protected{}, true)
 	res := c.Response()
 	outer := headers(&res.Header, nil, true) // set by middleware outside
 	c.SetContext(call.Context(c.Context()))
-	done := false
-	defer func() {
-		if !done {
-			call.Release() // a panic: released, and it goes on to the recoverer
-		}
-	}()
+	defer call.Release() // on a panic, which goes on to the recoverer; else a no-op
 	if err := c.Next(); err != nil {
-		// The error's page is rendered here, so that it is the response
-		// stored (or released, by its status) rather than left unwritten.
+		// Rendered here, to be stored (or released, by its status).
 		if err := c.App().ErrorHandler(c, err); err != nil {
 			_ = c.SendStatus(http.StatusInternalServerError)
 		}
 	}
-	done = true
-	resp := idem.Response{Status: res.StatusCode(), Header: headers(&res.Header, outer, false)}
-	if res.IsBodyStream() {
-		resp.BodyOmitted = true // streamed: not buffered, so not kept
-	} else {
+	// A streamed body is not buffered, so not kept.
+	resp := idem.Response{Status: res.StatusCode(), Header: headers(&res.Header, outer, false), BodyOmitted: res.IsBodyStream()}
+	if !resp.BodyOmitted {
 		resp.Body = res.Body()
 	}
 	if err := call.Finish(resp); err != nil {
@@ -177,36 +160,34 @@ func (m *middleware) run(c fiber.Ctx, call *idem.Call) error {
 	return nil
 }
 
-// body reads the request body, up to the engine's cap.
-func (m *middleware) body(c fiber.Ctx) ([]byte, error) {
+// body reads the request body, up to the engine's cap, or returns a problem.
+func (m *middleware) body(c fiber.Ctx) ([]byte, *idem.Problem) {
 	limit, req := m.e.MaxRequestBody(), c.Request()
-	tooLarge := func() error {
-		return problemError{idem.Problem{Type: m.base + "body-too-large", Status: http.StatusRequestEntityTooLarge,
-			Title: "Request body too large", Detail: fmt.Sprintf("The request body is larger than %d bytes.", limit)}}
-	}
-	if int64(req.Header.ContentLength()) > limit {
-		return nil, tooLarge()
-	}
-	if !req.IsBodyStream() {
-		if b := req.Body(); int64(len(b)) <= limit {
-			return b, nil
+	tooLarge := int64(req.Header.ContentLength()) > limit
+	var b []byte
+	if !tooLarge && req.IsBodyStream() { // Fiber's StreamRequestBody
+		var err error
+		if b, err = io.ReadAll(io.LimitReader(req.BodyStream(), limit+1)); err != nil {
+			return nil, m.problem("body-unreadable", http.StatusBadRequest, "Request body could not be read", "The request body could not be read.")
+		} else if int64(len(b)) <= limit {
+			req.SetBody(b) // for the handler, in place of the stream read here
 		}
-		return nil, tooLarge()
+	} else if !tooLarge {
+		b = req.Body()
 	}
-	b, err := io.ReadAll(io.LimitReader(req.BodyStream(), limit+1))
-	switch {
-	case err != nil:
-		return nil, problemError{idem.Problem{Type: m.base + "body-unreadable", Status: http.StatusBadRequest,
-			Title: "Request body could not be read", Detail: "The request body could not be read."}}
-	case int64(len(b)) > limit:
-		return nil, tooLarge()
+	if tooLarge || int64(len(b)) > limit {
+		return nil, m.problem("body-too-large", http.StatusRequestEntityTooLarge, "Request body too large", fmt.Sprintf("The request body is larger than %d bytes.", limit))
 	}
-	req.SetBody(b) // for the handler, in place of the stream read here
-	return req.Body(), nil
+	return b, nil
 }
 
-// replay sends a stored response, with the headers Engine.ReplayHeader
-// gives it (fasthttp sets Content-Length from the body).
+// problem returns a problem the adapter answers itself, as the engine's.
+func (m *middleware) problem(name string, status int, title, detail string) *idem.Problem {
+	return &idem.Problem{Type: m.base + name, Status: status, Title: title, Detail: detail}
+}
+
+// replay sends a stored response, with Engine.ReplayHeader's headers
+// (fasthttp sets Content-Length from the body).
 func (m *middleware) replay(c fiber.Ctx, resp *idem.Response) error {
 	h := &c.Response().Header
 	for k, vs := range resp.Header {
@@ -224,17 +205,8 @@ func (m *middleware) replay(c fiber.Ctx, resp *idem.Response) error {
 	return nil
 }
 
-// problemError is a problem the adapter answers with itself.
-type problemError struct{ p idem.Problem }
-
-func (e problemError) Error() string { return "idemfiber: " + e.p.Title }
-
-// fail answers err's problem; an error that is not the engine's goes on to
-// Fiber's error handler.
+// fail answers err's problem; another error goes to Fiber's error handler.
 func (m *middleware) fail(c fiber.Ctx, err error) error {
-	if pe, ok := err.(problemError); ok {
-		return send(c, pe.p)
-	}
 	p, ok := m.e.Problem(err)
 	if !ok {
 		return err
@@ -254,9 +226,9 @@ func send(c fiber.Ctx, p idem.Problem) error {
 	return c.Status(p.Status).Send(p.JSON())
 }
 
-// headers returns the response headers in h but those outer holds with
-// the same values. With before, it returns nil when h holds no header but
-// Content-Type and Content-Length (fasthttp's own, always the handler's).
+// headers returns the headers in h but those outer holds with the same
+// values; before leaves out Content-Type and Content-Length, always the
+// handler's (nil when h holds nothing else).
 func headers(h *fasthttp.ResponseHeader, outer http.Header, before bool) http.Header {
 	var out http.Header
 	for k, v := range h.All() {
@@ -275,12 +247,4 @@ func headers(h *fasthttp.ResponseHeader, outer http.Header, before bool) http.He
 		}
 	}
 	return out
-}
-
-// values appends a header's values to dst as strings.
-func values(dst []string, b [][]byte) []string {
-	for _, v := range b {
-		dst = append(dst, string(v))
-	}
-	return dst
 }
