@@ -97,7 +97,9 @@ func ExampleConfig() {
 		fiber.Locals(c, "tenant", c.Get("X-Tenant"))
 		return c.Next()
 	})
-	app.Post("/orders", mw, func(c fiber.Ctx) error { return c.Status(fiber.StatusCreated).SendString("created for " + c.Get("X-Tenant")) })
+	app.Post("/orders", mw, func(c fiber.Ctx) error {
+		return c.Status(fiber.StatusCreated).SendString("created for " + c.Get("X-Tenant"))
+	})
 
 	for _, tenant := range []string{"alice", "bob", "alice"} {
 		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
