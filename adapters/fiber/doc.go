@@ -31,7 +31,10 @@
 // template that scopes keys, nor the route's options. Rather than guess,
 // or let requests through unprotected, it fails closed: every request
 // with a method the engine protects gets a 500 problem of type
-// "route-unknown" (other methods pass).
+// "route-unknown" (other methods pass). It tells the two apart with
+// c.Matched(), which Fiber sets once a route matched: an app.Use
+// middleware reached after a route's handler called c.Next() sees it
+// set, and scopes keys by the app.Use prefix; do not mount it so.
 //
 // A middleware behind one that already protects the request (mounted
 // twice on a route) passes it through: the outer one's policy applies.
