@@ -2,6 +2,8 @@ package idemfiber_test
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -510,5 +512,28 @@ func TestStreamedRequestBody(t *testing.T) {
 				t.Errorf("%d, handler saw %d bytes; want %d with the whole body", resp.StatusCode, len(got.Body), tc.code)
 			}
 		})
+	}
+}
+
+// TestHooks: what WithRedact keeps is what a replay sends, and
+// WithReplayHook's changes reach the replay, whose marker is set after it.
+func TestHooks(t *testing.T) {
+	e := newEngine(t,
+		idem.WithRedact(func(_ context.Context, r idem.Response) idem.Response {
+			r.Body = bytes.ReplaceAll(r.Body, []byte("secret"), []byte("******"))
+			return r
+		}),
+		idem.WithReplayHook(func(_ context.Context, r *idem.Response, created time.Time) {
+			r.Header.Set("Idempotent-Replayed", "hooked") // overwritten by the marker
+			r.Header.Set("X-Replayed-At", created.UTC().Format(http.TimeFormat))
+		}))
+	a := newTestApp(t, e, idemfiber.Config{}, nil)
+	first := a.do("POST", "/orders/1", "h", "secret")
+	replay := a.do("POST", "/orders/1", "h", "secret")
+	if !strings.Contains(first.body, "secret") || strings.Contains(replay.body, "secret") || !strings.Contains(replay.body, "******") {
+		t.Errorf("first %q, replay %q: want the full body first and the redacted one replayed", first.body, replay.body)
+	}
+	if replay.header.Get("X-Replayed-At") == "" || replay.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay headers %v: want X-Replayed-At and the marker true", replay.header)
 	}
 }
