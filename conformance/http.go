@@ -30,6 +30,19 @@ type Harness struct {
 	// (with each route's Options, or once at the top with GlobalOptions),
 	// the framework's panic recovery outermost, and returns the router.
 	Handler func(t *testing.T, e *idem.Engine, f *Fixture) http.Handler
+	// OwnNamespace, when set, builds each scenario's engine without
+	// idem.WithNamespace(Namespace), for adapters that refuse engine
+	// options that need a *http.Request (idemfiber): Handler then scopes
+	// keys by the same namespace with the adapter's own option, the
+	// BearerName of the Authorization header.
+	OwnNamespace bool
+}
+
+// BearerName returns the name in an Authorization header value of the
+// form "Bearer <name>", or "": what Namespace returns, for adapters whose
+// request is not a *http.Request (Harness.OwnNamespace).
+func BearerName(authorization string) string {
+	return Namespace(&http.Request{Header: http.Header{"Authorization": {authorization}}})
 }
 
 // RunHTTP runs the behaviour table of the engine as HTTP scenarios against
@@ -71,9 +84,9 @@ func newEnv(t *testing.T, h Harness, sc scenario) *env {
 	v := &env{t: t, f: NewFixture(), clock: &manualClock{now: time.Now().Truncate(time.Millisecond)}}
 	v.store = h.NewStore(t)
 	v.fail = &failingStore{Store: v.store}
-	all := []idem.Option{
-		idem.WithNamespace(Namespace),
-		idem.WithLogger(slog.New(slog.DiscardHandler)),
+	all := []idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler))}
+	if !h.OwnNamespace {
+		all = append(all, idem.WithNamespace(Namespace))
 	}
 	if sc.opts != nil {
 		all = append(all, sc.opts(v)...)

@@ -7,9 +7,11 @@ require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-sql-driver/mysql v1.10.1
+	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/idemkit/idem/adapters/chi v0.1.0
 	github.com/idemkit/idem/adapters/echo v0.1.0
 	github.com/idemkit/idem/adapters/echov5 v0.1.0
+	github.com/idemkit/idem/adapters/fiber v0.1.0
 	github.com/idemkit/idem/adapters/gin v0.1.0
 	github.com/idemkit/idem/adapters/grpc v0.1.0
 	github.com/idemkit/idem/client v0.1.0
@@ -34,6 +36,7 @@ require (
 )
 
 require (
+	github.com/andybalholm/brotli v1.2.0 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.9 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.12 // indirect
@@ -47,8 +50,13 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sts v1.52.0 // indirect
 	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/gofiber/schema v1.7.0 // indirect
+	github.com/gofiber/utils/v2 v2.0.2 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/tinylib/msgp v1.6.3 // indirect
+	github.com/valyala/fasthttp v1.69.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
@@ -125,6 +133,7 @@ replace (
 	github.com/idemkit/idem/adapters/chi => ../adapters/chi
 	github.com/idemkit/idem/adapters/echo => ../adapters/echo
 	github.com/idemkit/idem/adapters/echov5 => ../adapters/echov5
+	github.com/idemkit/idem/adapters/fiber => ../adapters/fiber
 	github.com/idemkit/idem/adapters/gin => ../adapters/gin
 	github.com/idemkit/idem/adapters/grpc => ../adapters/grpc
 	github.com/idemkit/idem/client => ../client

@@ -185,7 +185,7 @@ func randomName() string {
 // --- the memory store -----------------------------------------------------
 
 func TestFixtureEveryFramework(t *testing.T) {
-	for _, fw := range []string{"gin", "echo", "echov5", "chi", "nethttp"} {
+	for _, fw := range []string{"gin", "echo", "echov5", "chi", "nethttp", "fiber"} {
 		t.Run(fw, func(t *testing.T) {
 			t.Parallel()
 			p := start(t, "fixture", "-framework", fw)
@@ -228,6 +228,7 @@ func TestFixtureBadFlags(t *testing.T) {
 		{"-max-response", "-5"},
 		{"-lease", "soon"},
 		{"-exactly-once"}, // the memory store has no transactions
+		{"-framework", "fiber", "-key-field", "request_id"}, // no Fiber equivalent
 	} {
 		cmd := exec.Command(filepath.Join(bin, "fixture"), args...)
 		out, _ := cmd.CombinedOutput()
@@ -450,16 +451,31 @@ func TestSharedStores(t *testing.T) {
 				}
 			})
 			t.Run("retry on another process is replayed", func(t *testing.T) {
+				// Gin, Echo and Fiber write the template alike ("/items/:id"),
+				// so a key is one scope on all three.
 				args := storeArgs(t, store)
 				a := start(t, "fixture", append([]string{"-framework", "gin"}, args...)...)
 				b := start(t, "fixture", append([]string{"-framework", "echo"}, args...)...)
+				c := start(t, "fixture", append([]string{"-framework", "fiber"}, args...)...)
 				first := call(t, "POST", a.url+"/items/7", "shared", "")
 				retry := call(t, "POST", b.url+"/items/7", "shared", "")
 				if first.code != 201 || retry.code != 201 || !retry.replayed() || retry.body != "item:7" {
 					t.Errorf("first %d, retry on the other %d %q replayed=%v", first.code, retry.code, retry.body, retry.replayed())
 				}
-				if counter(t, a)+counter(t, b) != 1 {
-					t.Errorf("handler ran %d+%d times", counter(t, a), counter(t, b))
+				hdr := []string{"Authorization", "Bearer alice"} // another namespace: another key
+				if r := call(t, "POST", c.url+"/items/7", "shared", ""); r.code != 201 || !r.replayed() || r.body != "item:7" {
+					t.Errorf("retry on Fiber: %d %q replayed=%v", r.code, r.body, r.replayed())
+				}
+				first = call(t, "POST", c.url+"/items/8", "fiber-first", "", hdr...)
+				retry = call(t, "POST", a.url+"/items/8", "fiber-first", "", hdr...)
+				if first.code != 201 || first.replayed() || retry.code != 201 || !retry.replayed() || retry.body != "item:8" {
+					t.Errorf("first on Fiber %d, retry on Gin %d %q replayed=%v", first.code, retry.code, retry.body, retry.replayed())
+				}
+				if r := call(t, "POST", c.url+"/items/8", "fiber-first", ""); r.code != 201 || r.replayed() {
+					t.Errorf("the key in the global namespace on Fiber: %d replayed=%v, want a new run", r.code, r.replayed())
+				}
+				if n := counter(t, a) + counter(t, b) + counter(t, c); n != 3 {
+					t.Errorf("handler ran %d+%d+%d times, want 3", counter(t, a), counter(t, b), counter(t, c))
 				}
 			})
 			t.Run("20 concurrent duplicates over two processes run once", func(t *testing.T) {
@@ -561,7 +577,8 @@ func TestSharedStores(t *testing.T) {
 
 // TestExactlyOnce runs the fixture in exactly-once mode on the stores that
 // have it: two processes share the store, a retry on the other process is
-// replayed, concurrent duplicates run once, and a 5xx releases the key.
+// replayed, concurrent duplicates run once, and a 5xx releases the key;
+// a third, on Fiber, replays too and releases its own 5xx.
 func TestExactlyOnce(t *testing.T) {
 	t.Parallel() // it mostly waits (leases, timeouts): with the others at once
 	for _, store := range []string{"postgres", "mysql", "sqlite", "dynamodb"} {
@@ -570,6 +587,7 @@ func TestExactlyOnce(t *testing.T) {
 			args := append(storeArgs(t, store), "-exactly-once")
 			a := start(t, "fixture", append([]string{"-framework", "chi"}, args...)...)
 			b := start(t, "fixture", append([]string{"-framework", "gin"}, args...)...)
+			f := start(t, "fixture", append([]string{"-framework", "fiber"}, args...)...)
 			first := call(t, "POST", a.url+"/echo", "eo-1", "hello", "Content-Type", "text/plain")
 			retry := call(t, "POST", b.url+"/echo", "eo-1", "hello", "Content-Type", "text/plain")
 			if first.code != 201 || first.replayed() || retry.code != 201 || !retry.replayed() || retry.body != "hello" {
@@ -599,7 +617,26 @@ func TestExactlyOnce(t *testing.T) {
 			if n := counter(t, a) + counter(t, b); n != 4 {
 				t.Errorf("handlers ran %d times over both processes, want 4", n)
 			}
-			for _, p := range []*proc{a, b} {
+			// Fiber: "/echo" is the same template on every router, and
+			// "/items/:id" the same as Gin's, so retries cross over.
+			if r := call(t, "POST", f.url+"/echo", "eo-1", "hello", "Content-Type", "text/plain"); r.code != 201 || !r.replayed() || r.body != "hello" {
+				t.Errorf("retry on Fiber: %d %q replayed=%v", r.code, r.body, r.replayed())
+			}
+			for range 2 {
+				if r := call(t, "POST", f.url+"/status/503", "eo-fiber-5xx", ""); r.code != 503 || r.replayed() {
+					t.Errorf("5xx on Fiber: %d replayed=%v", r.code, r.replayed())
+				}
+			}
+			if r := call(t, "POST", f.url+"/items/1", "eo-fiber", ""); r.code != 201 || r.replayed() {
+				t.Errorf("first on Fiber: %d replayed=%v", r.code, r.replayed())
+			}
+			if r := call(t, "POST", b.url+"/items/1", "eo-fiber", ""); r.code != 201 || !r.replayed() || r.body != "item:1" {
+				t.Errorf("retry on Gin of a Fiber response: %d %q replayed=%v", r.code, r.body, r.replayed())
+			}
+			if n := counter(t, f); n != 3 {
+				t.Errorf("handlers ran %d times on Fiber, want 3 (503 twice, /items/1 once)", n)
+			}
+			for _, p := range []*proc{a, b, f} {
 				if code := p.stop(t); code != 0 {
 					t.Errorf("exit code %d after SIGTERM", code)
 				}

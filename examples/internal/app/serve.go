@@ -24,13 +24,27 @@ import (
 // (such as idem's Engine.Close, which lands completions still pending),
 // all within 10 seconds.
 func Serve(ctx context.Context, what, store, addr string, h http.Handler, after ...func(context.Context) error) error {
+	return ServeWith(ctx, what, store, addr, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, after...)
+}
+
+// Server is an HTTP server that is not net/http's own (Fiber's App
+// behind a small wrapper): Serve serves ln until Shutdown, which lets
+// requests in flight finish; Serve then returns nil or
+// http.ErrServerClosed.
+type Server interface {
+	Serve(ln net.Listener) error
+	Shutdown(ctx context.Context) error
+}
+
+// ServeWith is Serve with the server given: srv serves the listener
+// instead of a net/http server.
+func ServeWith(ctx context.Context, what, store, addr string, srv Server, after ...func(context.Context) error) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	fmt.Printf("listening on http://%s\n", ln.Addr())
@@ -45,7 +59,7 @@ func Serve(ctx context.Context, what, store, addr string, h http.Handler, after 
 	if err := srv.Shutdown(sctx); err != nil {
 		return err
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	for _, f := range after {

@@ -1,0 +1,250 @@
+package idemfiber
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gofiber/fiber/v3"
+	idem "github.com/idemkit/idem/core"
+	"github.com/valyala/fasthttp"
+)
+
+// ErrBadOption is wrapped by the error Middleware panics with when it is
+// given an engine it cannot serve; it wraps idem.ErrBadOption.
+var ErrBadOption = fmt.Errorf("idemfiber: %w", idem.ErrBadOption)
+
+// Config holds the Fiber equivalents of idem.WithNamespace and
+// idem.WithFingerprint, which need a *http.Request. The zero Config is
+// the default: one namespace for every client, and the engine's
+// fingerprint (method, request target as sent, body; or JSON).
+type Config struct {
+	// Namespace returns the client's namespace (a tenant, a user), which
+	// scopes its keys; "" is the global one (403 under
+	// idem.WithRequiredNamespace). Nil means "" for every request.
+	Namespace func(c fiber.Ctx) string
+	// Fingerprint returns the request's fingerprint; a retry with the
+	// same key and another fingerprint gets 422. Nil: the engine's.
+	Fingerprint func(c fiber.Ctx, body []byte) string
+}
+
+// Middleware returns Fiber middleware that protects the routes it is
+// declared on with e's policy and opts, with the zero Config; see
+// Config.Middleware.
+func Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Handler {
+	return Config{}.Middleware(e, opts...)
+}
+
+// Middleware returns Fiber middleware that protects the routes it is
+// declared on with e's policy and opts (nil options are ignored), keys
+// scoped by the namespace, the method and c.Route().Path. Mount it on
+// routes, not with app.Use or a group's handlers, where it answers 500
+// (see the package documentation):
+//
+//	app.Post("/orders", idemfiber.Middleware(engine), createOrder)
+//
+// It panics with an error wrapping ErrBadOption when e is nil or has
+// options that need a *http.Request (idem.Engine.RequestOptions).
+func (cfg Config) Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Handler {
+	if e == nil {
+		panic(fmt.Errorf("%w: the engine is nil; pass one that idem.New returned", ErrBadOption))
+	}
+	if names := e.RequestOptions(); len(names) > 0 {
+		panic(fmt.Errorf("%w: the engine has %s, which need a *http.Request that Fiber does not have; build it without them and set "+
+			"idemfiber.Config's Namespace or Fingerprint instead (WithKeyField has no Fiber equivalent: send the key in the %s header)",
+			ErrBadOption, strings.Join(names, ", "), e.KeyHeader()))
+	}
+	p, _ := e.Problem(idem.ErrMissingKey)
+	m := &middleware{e: e, p: e.Policy(opts...), cfg: cfg, base: strings.TrimSuffix(p.Type, "missing-key")}
+	for k := range e.ReplayHeader(&idem.Response{Status: http.StatusNoContent}) {
+		m.marker = k // the replay marker alone: no headers, no body
+	}
+	return m.handle
+}
+
+// CheckRoutes returns an error wrapping idem.ErrBadOption when an
+// idem.ForRoute rule in opts names a route app does not have (a typo
+// leaves the real route on the default policy), once routes are declared.
+func CheckRoutes(app *fiber.App, opts ...idem.RouteOption) error {
+	var routes []idem.RouteRule
+	for _, r := range app.GetRoutes(true) {
+		routes = append(routes, idem.RouteRule{Method: r.Method, Route: r.Path})
+	}
+	return idem.CheckRoutes(routes, opts...)
+}
+
+type middleware struct {
+	e      *idem.Engine
+	p      *idem.Policy
+	cfg    Config
+	base   string // the engine's problem type base
+	marker string // the engine's replay header
+}
+
+// protected marks, in c.Locals, a request a middleware already protects.
+type protected struct{}
+
+func (m *middleware) handle(c fiber.Ctx) error {
+	e, method := m.e, c.Method()
+	if !e.Protects(method) || c.Locals(protected{}) != nil {
+		return c.Next() // a nested middleware: the outer policy applies
+	}
+	if !c.Matched() { // app.Use: Fiber has not routed the request yet
+		return send(c, *m.problem("route-unknown", http.StatusInternalServerError, "Idempotency middleware cannot see the route",
+			"The server mounts the idempotency middleware with app.Use or on a group, before Fiber routes the request; it must be mounted on the routes."))
+	}
+	route := c.Route().Path
+	rt := m.p.Route(method, route)
+	if rt.Skip {
+		return c.Next()
+	}
+	var buf [1]string
+	vals := buf[:0] // no allocation for the usual single value
+	for _, v := range c.Request().Header.PeekAll(e.KeyHeader()) {
+		vals = append(vals, string(v))
+	}
+	key, err := idem.ParseKey(vals)
+	if errors.Is(err, idem.ErrMissingKey) && !rt.Required {
+		return c.Next()
+	} else if err != nil {
+		return m.fail(c, err)
+	}
+	body, p := m.body(c)
+	if p != nil {
+		return send(c, *p)
+	}
+	var ns, fp string
+	if m.cfg.Namespace != nil {
+		ns = strings.Clone(m.cfg.Namespace(c)) // Fiber's strings may share its buffers
+	}
+	if m.cfg.Fingerprint != nil {
+		fp = strings.Clone(m.cfg.Fingerprint(c, body))
+	} else if fp, err = e.FingerprintRequest(method, c.OriginalURL(), body); err != nil {
+		return m.fail(c, err)
+	}
+	call, stored, err := e.Start(c.Context(), idem.Op{Namespace: ns, Kind: method, Name: route, Key: key, Fingerprint: fp, Retention: rt.Retention})
+	if err != nil {
+		return m.fail(c, err)
+	} else if stored != nil {
+		return m.replay(c, stored)
+	}
+	return m.run(c, call)
+}
+
+// run runs the rest of the chain under call and settles it.
+func (m *middleware) run(c fiber.Ctx, call *idem.Call) error {
+	c.Locals(protected{}, true)
+	res := c.Response()
+	outer := headers(&res.Header, nil, true) // set by middleware outside
+	c.SetContext(call.Context(c.Context()))
+	defer call.Release() // on a panic, which goes on to the recoverer; else a no-op
+	if err := c.Next(); err != nil {
+		// Rendered here, to be stored (or released, by its status).
+		if err := c.App().ErrorHandler(c, err); err != nil {
+			_ = c.SendStatus(http.StatusInternalServerError)
+		}
+	}
+	// A streamed body is not buffered, so not kept.
+	resp := idem.Response{Status: res.StatusCode(), Header: headers(&res.Header, outer, false), BodyOmitted: res.IsBodyStream()}
+	if !resp.BodyOmitted {
+		resp.Body = res.Body()
+	}
+	if err := call.Finish(resp); err != nil {
+		res.Reset() // the response did not happen
+		return m.fail(c, err)
+	}
+	return nil
+}
+
+// body reads the request body, up to the engine's cap, or returns a problem.
+func (m *middleware) body(c fiber.Ctx) ([]byte, *idem.Problem) {
+	limit, req := m.e.MaxRequestBody(), c.Request()
+	tooLarge := int64(req.Header.ContentLength()) > limit
+	var b []byte
+	if !tooLarge && req.IsBodyStream() { // Fiber's StreamRequestBody
+		var err error
+		if b, err = io.ReadAll(io.LimitReader(req.BodyStream(), limit+1)); err != nil {
+			return nil, m.problem("body-unreadable", http.StatusBadRequest, "Request body could not be read", "The request body could not be read.")
+		} else if int64(len(b)) <= limit {
+			req.SetBody(b) // for the handler, in place of the stream read here
+		}
+	} else if !tooLarge {
+		b = req.Body()
+	}
+	if tooLarge || int64(len(b)) > limit {
+		return nil, m.problem("body-too-large", http.StatusRequestEntityTooLarge, "Request body too large", fmt.Sprintf("The request body is larger than %d bytes.", limit))
+	}
+	return b, nil
+}
+
+// problem returns a problem the adapter answers itself, as the engine's.
+func (m *middleware) problem(name string, status int, title, detail string) *idem.Problem {
+	return &idem.Problem{Type: m.base + name, Status: status, Title: title, Detail: detail}
+}
+
+// replay sends a stored response, with Engine.ReplayHeader's headers
+// (fasthttp sets Content-Length from the body).
+func (m *middleware) replay(c fiber.Ctx, resp *idem.Response) error {
+	h := &c.Response().Header
+	for k, vs := range resp.Header {
+		h.Del(k)
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	h.Set(m.marker, "true")
+	if resp.BodyOmitted {
+		h.Set(idem.HeaderBodyOmitted, "true")
+	}
+	c.Status(resp.Status)
+	c.Response().SetBody(resp.Body)
+	return nil
+}
+
+// fail answers err's problem; another error goes to Fiber's error handler.
+func (m *middleware) fail(c fiber.Ctx, err error) error {
+	p, ok := m.e.Problem(err)
+	if !ok {
+		return err
+	}
+	return send(c, p)
+}
+
+func send(c fiber.Ctx, p idem.Problem) error {
+	if c.Request().IsBodyStream() {
+		c.RequestCtx().SetConnectionClose() // the rest of the body is not read
+	}
+	c.Set("Content-Type", "application/problem+json")
+	c.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		c.Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	return c.Status(p.Status).Send(p.JSON())
+}
+
+// headers returns the headers in h but those outer holds with the same
+// values; before leaves out Content-Type and Content-Length, always the
+// handler's (nil when h holds nothing else).
+func headers(h *fasthttp.ResponseHeader, outer http.Header, before bool) http.Header {
+	var out http.Header
+	for k, v := range h.All() {
+		name := http.CanonicalHeaderKey(string(k))
+		if before && (name == "Content-Type" || name == "Content-Length") {
+			continue
+		}
+		if out == nil {
+			out = make(http.Header, 8)
+		}
+		out[name] = append(out[name], string(v))
+	}
+	for k, v := range outer {
+		if slices.Equal(out[k], v) {
+			delete(out, k)
+		}
+	}
+	return out
+}
