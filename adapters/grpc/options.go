@@ -3,24 +3,20 @@ package idemgrpc
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
-	"time"
 
 	idem "github.com/idemkit/idem/core"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
-// Defaults of the interceptors' options.
+// The default metadata names of the key and of the replay mark.
 const (
 	DefaultKeyMetadata    = "idempotency-key"
 	DefaultReplayMetadata = "idempotency-replayed"
-	DefaultMaxAttempts    = 5
-	DefaultBudget         = 30 * time.Second
-	DefaultBackoffBase    = 100 * time.Millisecond
-	DefaultBackoffCap     = 5 * time.Second
-	DefaultRetryDelayCap  = 10 * time.Second
 )
 
 // ErrorDomain is the domain of the google.rpc.ErrorInfo the server
@@ -52,8 +48,7 @@ func badOption(format string, args ...any) error {
 // order; a nil Option is ignored. Each documents its default.
 type Option interface{ applyServer(*serverConfig) error }
 
-// A ClientOption configures the client interceptor. Options are applied
-// in order; a nil ClientOption is ignored. Each documents its default.
+// A ClientOption configures the client interceptor, likewise.
 type ClientOption interface{ applyClient(*clientConfig) error }
 
 // A SharedOption configures either interceptor: a metadata name both must
@@ -71,102 +66,26 @@ type clientOption func(*clientConfig) error
 
 func (f clientOption) applyClient(c *clientConfig) error { return f(c) }
 
-type sharedOption struct {
-	server serverOption
-	client clientOption
-}
+// names are the metadata names both interceptors use.
+type names struct{ keyMD, replayMD string }
 
-func (o sharedOption) applyServer(c *serverConfig) error { return o.server(c) }
-func (o sharedOption) applyClient(c *clientConfig) error { return o.client(c) }
+type nameOption func(*names) error
 
-// KeyFunc returns the idempotency key carried in a request message, or ""
-// when it carries none (the metadata is then used). FieldKey makes one for
-// a string field, as in AIP-155's request_id.
-type KeyFunc func(ctx context.Context, fullMethod string, req any) string
-
-// A MethodOption sets the policy of the methods ForMethod names.
-type MethodOption func(*policy)
-
-// policy is what the server interceptor does for one method.
-type policy struct {
-	mode      mode
-	retention time.Duration // 0: the engine's
-	err       error         // a bad MethodOption's, returned by ForMethod
-}
-
-type mode uint8
-
-const (
-	required mode = iota // a key is required: InvalidArgument without one
-	optional             // no key: run unprotected
-	skip                 // pass through untouched
-)
-
-// Required makes a key required (InvalidArgument without one). It is the
-// default.
-func Required() MethodOption { return func(p *policy) { p.mode = required } }
-
-// Optional makes the key optional: a call without one runs unprotected.
-func Optional() MethodOption { return func(p *policy) { p.mode = optional } }
-
-// Skip makes the methods pass through untouched, as if the interceptor
-// were not there (reads, health checks).
-func Skip() MethodOption { return func(p *policy) { p.mode = skip } }
-
-// TTL sets how long the methods' answers are replayed, from one
-// millisecond to idem.MaxLifetime; ForMethod returns an error wrapping
-// ErrBadOption for another value. Default: the engine's retention
-// (idem.WithRetention).
-func TTL(d time.Duration) MethodOption {
-	return func(p *policy) {
-		if d < time.Millisecond || d > idem.MaxLifetime {
-			p.err = badOption("TTL %v is not between 1ms and %v", d, idem.MaxLifetime)
-			return
-		}
-		p.retention = d
-	}
-}
-
-type serverConfig struct {
-	keyMD, replayMD string
-	keyFunc         KeyFunc
-	namespace       func(context.Context) string
-	final           [17]bool // by codes.Code
-	base            []MethodOption
-	services        map[string][]MethodOption // "/pkg.Service/"
-	methods         map[string][]MethodOption // "/pkg.Service/Method"
-	types           map[string]protoreflect.MessageType
-}
-
-func defaultServerConfig() serverConfig {
-	return serverConfig{
-		keyMD:     DefaultKeyMetadata,
-		replayMD:  DefaultReplayMetadata,
-		namespace: func(context.Context) string { return "" },
-		services:  map[string][]MethodOption{},
-		methods:   map[string][]MethodOption{},
-		types:     map[string]protoreflect.MessageType{},
-	}
-}
+func (f nameOption) applyServer(c *serverConfig) error { return f(&c.names) }
+func (f nameOption) applyClient(c *clientConfig) error { return f(&c.names) }
 
 // WithKeyMetadata sets the metadata name that carries the key, on the
 // server and on the client. Names are lowercased; one ending in "-bin" or
 // starting with "grpc-" is refused. Default: idempotency-key.
 func WithKeyMetadata(name string) SharedOption {
-	return sharedOption{
-		server: func(c *serverConfig) (err error) { c.keyMD, err = mdName("key", name); return err },
-		client: func(c *clientConfig) (err error) { c.keyMD, err = mdName("key", name); return err },
-	}
+	return nameOption(func(n *names) (err error) { n.keyMD, err = mdName("key", name); return err })
 }
 
 // WithReplayMetadata sets the header metadata name, with the value
 // "true", that marks a replayed answer, on the server and on the client.
 // Default: idempotency-replayed.
 func WithReplayMetadata(name string) SharedOption {
-	return sharedOption{
-		server: func(c *serverConfig) (err error) { c.replayMD, err = mdName("replay", name); return err },
-		client: func(c *clientConfig) (err error) { c.replayMD, err = mdName("replay", name); return err },
-	}
+	return nameOption(func(n *names) (err error) { n.replayMD, err = mdName("replay", name); return err })
 }
 
 // mdName validates a metadata name for a text value.
@@ -176,8 +95,7 @@ func mdName(what, name string) (string, error) {
 		return "", badOption("empty %s metadata name", what)
 	}
 	for i := 0; i < len(n); i++ {
-		c := n[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+		if c := n[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
 			return "", badOption("%s metadata name %q: byte %q is not allowed", what, name, c)
 		}
 	}
@@ -186,6 +104,22 @@ func mdName(what, name string) (string, error) {
 	}
 	return n, nil
 }
+
+type serverConfig struct {
+	names
+	keyFunc   KeyFunc
+	namespace func(context.Context) string
+	final     [17]bool // by codes.Code
+	base      []idem.RouteOption
+	services  map[string][]idem.RouteOption // by service name
+	methods   map[string][]idem.RouteOption // by full method
+	types     map[string]protoreflect.MessageType
+}
+
+// KeyFunc returns the idempotency key carried in a request message, or ""
+// when it carries none (the metadata is then used). FieldKey makes one for
+// a string field, as in AIP-155's request_id.
+type KeyFunc func(ctx context.Context, fullMethod string, req any) string
 
 // WithKeyFunc sets a function that finds the key in the request message;
 // when it returns "", the key metadata is used. It runs before the
@@ -200,6 +134,36 @@ func WithKeyFunc(fn KeyFunc) Option {
 		c.keyFunc = fn
 		return nil
 	})
+}
+
+// FieldKey returns a KeyFunc that reads the key from a string field of the
+// request message, by its proto name, as AIP-155 puts it in request_id;
+// a dotted path reaches into singular message fields. A message without
+// such a field, or with it empty, gives "" (the metadata is then used).
+//
+//	idemgrpc.WithKeyFunc(idemgrpc.FieldKey("order.request_id"))
+func FieldKey(path string) KeyFunc {
+	names := strings.Split(path, ".")
+	return func(_ context.Context, _ string, req any) string {
+		pm, ok := req.(proto.Message)
+		if !ok {
+			return ""
+		}
+		m := pm.ProtoReflect()
+		for i, name := range names {
+			fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
+			switch {
+			case fd == nil || fd.Cardinality() == protoreflect.Repeated:
+				return ""
+			case i == len(names)-1 && fd.Kind() == protoreflect.StringKind:
+				return m.Get(fd).String()
+			case i == len(names)-1 || fd.Kind() != protoreflect.MessageKind || !m.Has(fd):
+				return ""
+			}
+			m = m.Get(fd).Message()
+		}
+		return ""
+	}
 }
 
 // WithNamespace sets the function that names the caller of an RPC (the
@@ -233,27 +197,35 @@ func WithFinalCodes(cs ...codes.Code) Option {
 	})
 }
 
-// ForMethod sets the policy of the methods pattern names: a full method
+// ForMethod gives the methods pattern names the per-operation policy
+// every transport of idem shares: idem.Required, idem.Optional,
+// idem.Skip, idem.TTL. The pattern is a full method
 // ("/pkg.Service/Method"), a service ("/pkg.Service/*") or every method
-// ("*"). A call takes the options of "*", then of its service, then of
-// its method, each on top of the one before.
+// ("*"). A call takes the engine's policy (Engine.Policy: a key is
+// required unless idem.WithOptionalKey), then the options of "*", of its
+// service and of its method, each on top of the one before. A method its
+// service's descriptor in protoregistry.GlobalFiles does not have is an
+// error (a typo would leave the real method on the default policy), and
+// so is idem.ForRoute among opts: give each method its own ForMethod.
 //
-//	idemgrpc.ForMethod("/grpc.health.v1.Health/*", idemgrpc.Skip())
-//	idemgrpc.ForMethod("/orders.v1.Orders/Quote", idemgrpc.Optional(), idemgrpc.TTL(time.Hour))
-func ForMethod(pattern string, opts ...MethodOption) Option {
+//	idemgrpc.ForMethod("/grpc.health.v1.Health/*", idem.Skip())
+//	idemgrpc.ForMethod("/orders.v1.Orders/Quote", idem.Optional(), idem.TTL(time.Hour))
+func ForMethod(pattern string, opts ...idem.RouteOption) Option {
 	return serverOption(func(c *serverConfig) error {
-		if p := resolve(opts); p.err != nil {
-			return fmt.Errorf("ForMethod(%q): %w", pattern, p.err)
+		if len(idem.RouteRules(opts...)) > 0 {
+			return badOption("ForMethod(%q): idem.ForRoute does not apply to gRPC; give each method its own ForMethod", pattern)
 		}
-		if err := knownMethod(pattern); err != nil {
-			return err
-		}
-		switch service, method, ok := splitMethod(pattern); {
+		service, method, ok := splitMethod(pattern)
+		switch {
 		case pattern == "*":
 			c.base = append(c.base, opts...)
 		case ok && method == "*":
 			c.services[service] = append(c.services[service], opts...)
 		case ok && !strings.Contains(method, "*"):
+			d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
+			if sd, isService := d.(protoreflect.ServiceDescriptor); err == nil && isService && sd.Methods().ByName(protoreflect.Name(method)) == nil {
+				return badOption("ForMethod(%q): service %s has no method %s", pattern, service, method)
+			}
 			c.methods[pattern] = append(c.methods[pattern], opts...)
 		default:
 			return badOption("method pattern %q is not /pkg.Service/Method, /pkg.Service/* or *", pattern)
@@ -262,8 +234,24 @@ func ForMethod(pattern string, opts ...MethodOption) Option {
 	})
 }
 
+// routes resolves the ForMethod options into the decisions the server
+// interceptor makes per call: for every method, per service, per method.
+func (c *serverConfig) routes(e *idem.Engine) (def idem.Route, services, methods map[string]idem.Route) {
+	def = e.Policy(c.base...).Route(Kind, "*")
+	services = make(map[string]idem.Route, len(c.services))
+	for name, o := range c.services {
+		services[name] = e.Policy(slices.Concat(c.base, o)...).Route(Kind, "/"+name+"/*")
+	}
+	methods = make(map[string]idem.Route, len(c.methods))
+	for full, o := range c.methods {
+		service, _, _ := splitMethod(full)
+		methods[full] = e.Policy(slices.Concat(c.base, c.services[service], o)...).Route(Kind, full)
+	}
+	return def, services, methods
+}
+
 // WithResponseType sets the response type of a method, for replays of
-// methods whose service is not in protoregistry.GlobalFiles (see the
+// answers whose message type is not in protoregistry.GlobalTypes (see the
 // package documentation). msg is a message of the type, such as
 // (*pb.CreateOrderResponse)(nil).
 func WithResponseType(fullMethod string, msg proto.Message) Option {
@@ -283,99 +271,9 @@ func WithResponseType(fullMethod string, msg proto.Message) Option {
 // and method ("Method").
 func splitMethod(full string) (service, method string, ok bool) {
 	rest, found := strings.CutPrefix(full, "/")
-	if !found {
-		return "", "", false
-	}
-	service, method, found = strings.Cut(rest, "/")
-	if !found || service == "" || method == "" || strings.Contains(method, "/") {
+	service, method, found2 := strings.Cut(rest, "/")
+	if !found || !found2 || service == "" || method == "" || strings.Contains(method, "/") {
 		return "", "", false
 	}
 	return service, method, true
-}
-
-type clientConfig struct {
-	keyMD, replayMD string
-	protect         func(fullMethod string) bool
-	maxAttempts     int
-	budget          time.Duration
-	backoffBase     time.Duration
-	backoffCap      time.Duration
-	delayCap        time.Duration
-}
-
-func defaultClientConfig() clientConfig {
-	return clientConfig{
-		keyMD:       DefaultKeyMetadata,
-		replayMD:    DefaultReplayMetadata,
-		maxAttempts: DefaultMaxAttempts,
-		budget:      DefaultBudget,
-		backoffBase: DefaultBackoffBase,
-		backoffCap:  DefaultBackoffCap,
-		delayCap:    DefaultRetryDelayCap,
-	}
-}
-
-// WithMethods sets which unary methods the client interceptor protects, by
-// full method name; the others pass through untouched, with no key and no
-// retry. Default: every unary method.
-func WithMethods(protect func(fullMethod string) bool) ClientOption {
-	return clientOption(func(c *clientConfig) error {
-		if protect == nil {
-			return badOption("nil method filter")
-		}
-		c.protect = protect
-		return nil
-	})
-}
-
-// WithMaxAttempts sets how many times one logical call is sent at most,
-// the first included; 1 turns retries off. Attempts answered "in flight"
-// (Aborted, ReasonInFlight) do not count: the budget and the deadline
-// bound them. Default: 5.
-func WithMaxAttempts(n int) ClientOption {
-	return clientOption(func(c *clientConfig) error {
-		if n < 1 {
-			return badOption("max attempts %d is less than 1", n)
-		}
-		c.maxAttempts = n
-		return nil
-	})
-}
-
-// WithBudget sets the total time one logical call may take across its
-// attempts: no retry is made whose wait would end later than d after the
-// first attempt began. The call's deadline bounds it too. Default: 30s.
-func WithBudget(d time.Duration) ClientOption {
-	return clientOption(func(c *clientConfig) error {
-		if d <= 0 {
-			return badOption("budget %v is not positive", d)
-		}
-		c.budget = d
-		return nil
-	})
-}
-
-// WithBackoff sets the backoff used when an error carries no RetryInfo:
-// before retry n the client waits a random time between 0 and
-// min(maxWait, base·2^(n-1)) ("full jitter"). Default: 100ms and 5s.
-func WithBackoff(base, maxWait time.Duration) ClientOption {
-	return clientOption(func(c *clientConfig) error {
-		if base <= 0 || maxWait < base {
-			return badOption("backoff base %v and cap %v: want 0 < base <= cap", base, maxWait)
-		}
-		c.backoffBase, c.backoffCap = base, maxWait
-		return nil
-	})
-}
-
-// WithRetryDelayCap sets the longest wait a RetryInfo can ask for; a
-// longer one is cut to the cap. Default: 10 seconds.
-func WithRetryDelayCap(d time.Duration) ClientOption {
-	return clientOption(func(c *clientConfig) error {
-		if d <= 0 {
-			return badOption("retry delay cap %v is not positive", d)
-		}
-		c.delayCap = d
-		return nil
-	})
 }

@@ -2,8 +2,11 @@ package idemgrpc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/http"
+	"sync"
 
 	idem "github.com/idemkit/idem/core"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -14,16 +17,18 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Kind is the Op.Kind of every call the server interceptor runs through
-// Engine.Do; Op.Name is the call's full method name.
+// Kind is the Op.Kind of every call the server interceptor protects;
+// Op.Name is the call's full method name.
 const Kind = "grpc"
 
 // UnaryServerInterceptor returns an interceptor that runs each protected
-// unary call at most once per key through engine.Do and replays its
-// answer (response, header and trailer metadata) to every retry, with
+// unary call at most once per key (Engine.Start) and replays its answer
+// (response, header and trailer metadata) to every retry, with
 // idempotency-replayed: true in the header. The key comes from the
 // idempotency-key metadata or WithKeyFunc. It returns an error wrapping
 // ErrBadOption for a bad option. Chain a recovery interceptor outside it:
@@ -36,7 +41,13 @@ func UnaryServerInterceptor(engine *idem.Engine, opts ...Option) (grpc.UnaryServ
 	if engine == nil {
 		return nil, badOption("nil engine")
 	}
-	cfg := defaultServerConfig()
+	cfg := serverConfig{
+		names:     names{DefaultKeyMetadata, DefaultReplayMetadata},
+		namespace: func(context.Context) string { return "" },
+		services:  map[string][]idem.RouteOption{},
+		methods:   map[string][]idem.RouteOption{},
+		types:     map[string]protoreflect.MessageType{},
+	}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -45,21 +56,8 @@ func UnaryServerInterceptor(engine *idem.Engine, opts ...Option) (grpc.UnaryServ
 			return nil, err
 		}
 	}
-	s := &server{
-		engine:   engine,
-		cfg:      cfg,
-		def:      resolve(cfg.base),
-		services: make(map[string]policy, len(cfg.services)),
-		methods:  make(map[string]policy, len(cfg.methods)),
-		types:    responseTypes{fixed: cfg.types},
-	}
-	for name, o := range cfg.services {
-		s.services[name] = resolve(cfg.base, o)
-	}
-	for full, o := range cfg.methods {
-		service, _, _ := splitMethod(full)
-		s.methods[full] = resolve(cfg.base, cfg.services[service], o)
-	}
+	s := &server{engine: engine, cfg: cfg}
+	s.def, s.services, s.methods = cfg.routes(engine)
 	where := fmt.Sprintf("the %q metadata", cfg.keyMD)
 	if cfg.keyFunc != nil {
 		where = "the request message or " + where
@@ -68,56 +66,34 @@ func UnaryServerInterceptor(engine *idem.Engine, opts ...Option) (grpc.UnaryServ
 	return s.intercept, nil
 }
 
-// resolve applies lists of options, in order, to the default policy.
-func resolve(lists ...[]MethodOption) policy {
-	var p policy
-	for _, l := range lists {
-		for _, o := range l {
-			if o != nil {
-				o(&p)
-			}
-		}
-	}
-	return p
-}
-
 type server struct {
-	engine   *idem.Engine
-	cfg      serverConfig
-	def      policy
-	services map[string]policy // by service name
-	methods  map[string]policy // by full method
-	types    responseTypes
-	missing  error
+	engine            *idem.Engine
+	cfg               serverConfig
+	def               idem.Route
+	services, methods map[string]idem.Route
+	missing           error
 }
 
-// policy returns the policy of a full method.
-func (s *server) policy(fullMethod string) policy {
-	if p, ok := s.methods[fullMethod]; ok {
-		return p
+// route returns the policy's decision for a full method.
+func (s *server) route(fullMethod string) idem.Route {
+	if r, ok := s.methods[fullMethod]; ok {
+		return r
 	}
 	if len(s.services) > 0 {
 		if service, _, ok := splitMethod(fullMethod); ok {
-			if p, ok := s.services[service]; ok {
-				return p
+			if r, ok := s.services[service]; ok {
+				return r
 			}
 		}
 	}
 	return s.def
 }
 
-// released carries a handler's error out of Engine.Do so that the key is
-// released. It has no Unwrap: an idem.FinalError inside must not make Do
-// store the error's text.
-type released struct{ err error }
-
-func (r released) Error() string { return r.err.Error() }
-
 func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := info.FullMethod
-	p := s.policy(method)
-	named := idem.Op{Kind: Kind, Name: method} // for the events of calls Do does not run
-	if p.mode == skip {
+	r := s.route(method)
+	named := idem.Op{Kind: Kind, Name: method} // for the events of calls Start does not see
+	if r.Skip {
 		_ = s.engine.Report(ctx, named, idem.OutcomeSkipped)
 		return handler(ctx, req)
 	}
@@ -126,7 +102,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	case err != nil:
 		_ = s.engine.Report(ctx, named, idem.OutcomeInvalidKey)
 		return nil, withInfo(codes.InvalidArgument, err.Error(), ReasonInvalidKey)
-	case key == "" && p.mode == optional:
+	case key == "" && !r.Required:
 		_ = s.engine.Report(ctx, named, idem.OutcomeSkipped)
 		return handler(ctx, req)
 	case key == "":
@@ -141,36 +117,33 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "idemgrpc: %s: encoding the request for its fingerprint: %v", method, err)
 	}
-	op := idem.Op{
+	call, stored, err := s.engine.Start(ctx, idem.Op{
 		Namespace:   s.cfg.namespace(ctx),
 		Kind:        Kind,
 		Name:        method,
 		Key:         key,
 		Fingerprint: idem.Fingerprint(Kind, method, body),
-		Retention:   p.retention,
-	}
-
-	// What the handler answered, when it ran here.
-	var (
-		resp     any
-		appErr   error
-		hdr, trl metadata.MD
-	)
-	value, replayed, err := s.engine.Do(ctx, op, func(ctx context.Context) ([]byte, error) {
-		c := &capture{method: method}
-		resp, appErr = handler(grpc.NewContextWithServerTransportStream(ctx, c), req)
-		hdr, trl = c.close()
-		return s.settle(method, resp, appErr, hdr, trl)
+		Retention:   r.Retention,
 	})
-	var rel released
 	switch {
-	case errors.As(err, &rel):
-		forward(ctx, hdr, trl)
-		return nil, rel.err
 	case err != nil:
-		return nil, s.lifecycleError(err)
-	case replayed:
-		return s.replay(ctx, method, value)
+		return nil, lifecycleError(err)
+	case stored != nil:
+		return s.replay(ctx, method, stored)
+	}
+	defer call.Release() // the handler panicked: release the key, and let the panic go on
+	c := &capture{method: method}
+	resp, appErr := handler(grpc.NewContextWithServerTransportStream(call.Context(ctx), c), req)
+	hdr, trl := c.close()
+	env, err := s.settle(method, resp, appErr, envelope{header: hdr, trailer: trl})
+	if err != nil {
+		call.Release()
+		forward(ctx, hdr, trl)
+		return nil, err
+	}
+	// Status 200 marks a value, as Engine.Do stores one.
+	if err := call.Complete(idem.Response{Status: http.StatusOK, Body: env.marshal()}); err != nil {
+		return nil, lifecycleError(err)
 	}
 	forward(ctx, hdr, trl)
 	if appErr != nil {
@@ -194,52 +167,46 @@ func (s *server) key(ctx context.Context, method string, req any) (string, error
 	return idem.ParseKey(vals)
 }
 
-// settle decides what becomes of a handler's answer: the envelope to
-// store, or a released error that frees the key.
-func (s *server) settle(method string, resp any, appErr error, hdr, trl metadata.MD) ([]byte, error) {
-	env := envelope{header: hdr, trailer: trl}
+// settle fills env with a handler's answer to store, or returns the error
+// to answer with after releasing the key: the handler's, when its code is
+// not final.
+func (s *server) settle(method string, resp any, appErr error, env envelope) (envelope, error) {
+	var m proto.Message
 	if appErr != nil {
-		st := appStatus(appErr)
+		st, ok := status.FromError(appErr)
+		if !ok {
+			st = status.FromContextError(appErr) // as grpc sends it: Canceled, DeadlineExceeded or Unknown
+		}
 		if !s.cfg.final[st.Code()] {
-			return nil, released{appErr}
+			return env, appErr
 		}
-		b, err := proto.Marshal(st.Proto())
-		if err != nil {
-			return nil, released{status.Errorf(codes.Internal, "idemgrpc: %s: encoding the final status: %v", method, err)}
-		}
-		env.kind, env.payload = kindStatus, b
-		return env.marshal(), nil
-	}
-	m, ok := resp.(proto.Message)
-	if !ok {
-		return nil, released{status.Errorf(codes.Internal, "idemgrpc: %s: the response, a %T, is not a proto message", method, resp)}
+		env.kind, m = kindStatus, st.Proto()
+	} else if m, _ = resp.(proto.Message); m == nil {
+		return env, status.Errorf(codes.Internal, "idemgrpc: %s: the response, a %T, is not a proto message", method, resp)
+	} else {
+		env.kind, env.typeName = kindMessage, string(m.ProtoReflect().Descriptor().FullName())
 	}
 	b, err := proto.Marshal(m)
 	if err != nil {
-		return nil, released{status.Errorf(codes.Internal, "idemgrpc: %s: encoding the response: %v", method, err)}
+		return env, status.Errorf(codes.Internal, "idemgrpc: %s: encoding the answer: %v", method, err)
 	}
-	env.kind, env.typeName, env.payload = kindMessage, string(m.ProtoReflect().Descriptor().FullName()), b
-	return env.marshal(), nil
+	env.payload = b
+	return env, nil
 }
 
-// appStatus is the status grpc sends for a handler's error: its own, or
-// Canceled or DeadlineExceeded for a context's error, or Unknown.
-func appStatus(err error) *status.Status {
-	if st, ok := status.FromError(err); ok {
-		return st
+// replay answers from a stored envelope, decoding a response into the
+// type WithResponseType gave, else the stored message name's in
+// protoregistry.GlobalTypes.
+func (s *server) replay(ctx context.Context, method string, stored *idem.Response) (any, error) {
+	if stored.BodyOmitted {
+		return nil, lifecycleError(idem.ErrResultOmitted)
 	}
-	return status.FromContextError(err)
-}
-
-// replay answers from a stored envelope.
-func (s *server) replay(ctx context.Context, method string, value []byte) (any, error) {
-	env, err := unmarshalEnvelope(value)
+	env, err := unmarshalEnvelope(stored.Body)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "idemgrpc: replaying %s: %v", method, err)
 	}
-	hdr := env.header
-	hdr.Set(s.cfg.replayMD, "true")
-	forward(ctx, hdr, env.trailer)
+	env.header.Set(s.cfg.replayMD, "true")
+	forward(ctx, env.header, env.trailer)
 	if env.kind == kindStatus {
 		var sp spb.Status
 		if err := proto.Unmarshal(env.payload, &sp); err != nil {
@@ -247,9 +214,11 @@ func (s *server) replay(ctx context.Context, method string, value []byte) (any, 
 		}
 		return nil, status.ErrorProto(&sp)
 	}
-	t, err := s.types.find(method, env.typeName)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	t, ok := s.cfg.types[method]
+	if !ok {
+		if t, err = protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(env.typeName)); err != nil {
+			return nil, status.Errorf(codes.Internal, "idemgrpc: replaying %s: no response type: the stored message %q: %v; give one with WithResponseType", method, env.typeName, err)
+		}
 	}
 	m := t.New().Interface()
 	if err := proto.Unmarshal(env.payload, m); err != nil {
@@ -270,10 +239,10 @@ func forward(ctx context.Context, hdr, trl metadata.MD) {
 	}
 }
 
-// lifecycleError maps an error of Engine.Do's own to a status. The
-// store's error stays in the engine's event; the client is told only
-// what it can act on.
-func (s *server) lifecycleError(err error) error {
+// lifecycleError maps an error of Engine.Start's or Call.Complete's to a
+// status. The store's error stays in the engine's event; the client is
+// told only what it can act on.
+func lifecycleError(err error) error {
 	var re *idem.RetryError
 	hasHint := errors.As(err, &re)
 	switch {
@@ -301,10 +270,123 @@ func (s *server) lifecycleError(err error) error {
 // withInfo returns a status error with an ErrorInfo of ErrorDomain and
 // reason, then more details.
 func withInfo(code codes.Code, msg, reason string, more ...protoadapt.MessageV1) error {
-	st := status.New(code, msg)
-	withDetails, err := st.WithDetails(append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}}, more...)...)
+	st, err := status.New(code, msg).WithDetails(append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}}, more...)...)
 	if err != nil {
-		return st.Err() // cannot happen: the details are valid messages
+		return status.Error(code, msg) // cannot happen: the details are valid messages
 	}
-	return withDetails.Err()
+	return st.Err()
+}
+
+// capture is the grpc.ServerTransportStream a protected handler sees: it
+// keeps the header and trailer metadata the handler sets, so they can be
+// stored with the answer, and hands them to the real stream only once the
+// answer is settled. SendHeader sends nothing early: for a unary call the
+// header goes out with the response.
+type capture struct {
+	method          string
+	mu              sync.Mutex
+	header, trailer metadata.MD
+	headerSent      bool // SendHeader was called: later header calls fail, as on a real stream
+	done            bool // the handler returned: every call fails
+}
+
+func (c *capture) Method() string                  { return c.method }
+func (c *capture) SetHeader(md metadata.MD) error  { return c.set("SetHeader", &c.header, md, false) }
+func (c *capture) SendHeader(md metadata.MD) error { return c.set("SendHeader", &c.header, md, true) }
+func (c *capture) SetTrailer(md metadata.MD) error { return c.set("SetTrailer", &c.trailer, md, false) }
+
+// set merges md into *dst, copying the values, and marks the header sent
+// with send.
+func (c *capture) set(name string, dst *metadata.MD, md metadata.MD, send bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done || c.headerSent && dst == &c.header {
+		return status.Errorf(codes.Internal, "idemgrpc: %s after the header was sent or the handler returned", name)
+	}
+	if *dst == nil && md.Len() > 0 {
+		*dst = make(metadata.MD, md.Len())
+	}
+	for k, vs := range md {
+		dst.Append(k, vs...)
+	}
+	c.headerSent = c.headerSent || send
+	return nil
+}
+
+// close ends the capture and returns what was set; the handler's
+// goroutines can set nothing more.
+func (c *capture) close() (header, trailer metadata.MD) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = true
+	return c.header, c.trailer
+}
+
+// The envelope is the value the server interceptor stores for one
+// answered call, in the Body of an idem.Response with status 200:
+//
+//	version  byte 1
+//	kind     byte: 1 a response message, 2 an error status
+//	chunk    the response message's full name ("" for a status)
+//	chunk    the message's wire bytes, or the google.rpc.Status's
+//	chunk    the header metadata, in idem's header wire format
+//	chunk    the trailer metadata, likewise
+//
+// where a chunk is a uvarint length and that many bytes.
+type envelope struct {
+	kind            kind
+	typeName        string
+	payload         []byte
+	header, trailer metadata.MD
+}
+
+type kind byte
+
+const (
+	envelopeVersion      = 1
+	kindMessage     kind = 1
+	kindStatus      kind = 2
+)
+
+var errEnvelope = errors.New("idemgrpc: the stored answer is not one this package wrote")
+
+func (e *envelope) marshal() []byte {
+	hdr, trl := idem.AppendHeader(nil, http.Header(e.header)), idem.AppendHeader(nil, http.Header(e.trailer))
+	b := make([]byte, 2, 2+4*binary.MaxVarintLen64+len(e.typeName)+len(e.payload)+len(hdr)+len(trl))
+	b[0], b[1] = envelopeVersion, byte(e.kind)
+	for _, c := range [][]byte{[]byte(e.typeName), e.payload, hdr, trl} {
+		b = append(binary.AppendUvarint(b, uint64(len(c))), c...)
+	}
+	return b
+}
+
+func unmarshalEnvelope(b []byte) (*envelope, error) {
+	if len(b) < 2 || b[0] != envelopeVersion {
+		return nil, fmt.Errorf("%w: unknown version", errEnvelope)
+	}
+	e := &envelope{kind: kind(b[1])}
+	if e.kind != kindMessage && e.kind != kindStatus {
+		return nil, fmt.Errorf("%w: unknown kind %d", errEnvelope, b[1])
+	}
+	b = b[2:]
+	var chunks [4][]byte
+	for i := range chunks {
+		n, w := binary.Uvarint(b)
+		if w <= 0 || n > uint64(len(b)-w) {
+			return nil, fmt.Errorf("%w: chunk %d is truncated", errEnvelope, i+1)
+		}
+		chunks[i], b = b[w:w+int(n)], b[w+int(n):]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last chunk", errEnvelope, len(b))
+	}
+	e.typeName, e.payload = string(chunks[0]), chunks[1]
+	for i, md := range []*metadata.MD{&e.header, &e.trailer} {
+		h, err := idem.ParseHeader(chunks[2+i])
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errEnvelope, err)
+		}
+		*md = metadata.MD(h)
+	}
+	return e, nil
 }
