@@ -12,6 +12,24 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// UnaryClientInterceptor returns an interceptor that gives each unary call
+// one idempotency key (the caller's, from its outgoing metadata, else
+// idemclient.NewKey), sends it on every attempt, and retries Unavailable
+// and Aborted-with-RetryInfo under the HTTP client's retry policy
+// (WithRetry). It returns an error wrapping ErrBadOption for a bad option.
+func UnaryClientInterceptor(opts ...ClientOption) (grpc.UnaryClientInterceptor, error) {
+	c := &clientConfig{names: names{DefaultKeyMetadata, DefaultReplayMetadata}}
+	for _, o := range append([]ClientOption{WithRetry()}, opts...) {
+		if o == nil {
+			continue
+		}
+		if err := o.applyClient(c); err != nil {
+			return nil, err
+		}
+	}
+	return c.intercept, nil
+}
+
 type clientConfig struct {
 	names
 	protect func(fullMethod string) bool
@@ -19,25 +37,14 @@ type clientConfig struct {
 }
 
 // WithMethods sets which unary methods the client interceptor protects, by
-// full method name; the others pass through untouched, with no key and no
-// retry. Default: every unary method.
+// full method name; the others pass through untouched. Default: all.
 func WithMethods(protect func(fullMethod string) bool) ClientOption {
-	return clientOption(func(c *clientConfig) error {
-		if protect == nil {
-			return badOption("nil method filter")
-		}
-		c.protect = protect
-		return nil
-	})
+	return clientOption(func(c *clientConfig) error { c.protect = protect; return notNil(protect == nil, "method filter") })
 }
 
-// WithRetry sets the client interceptor's retry policy with the options
-// of the HTTP client module, which it shares: idemclient.WithMaxAttempts,
-// WithBudget, WithBackoff and WithRetryAfterCap (the longest wait a
-// RetryInfo can ask for), with the same defaults. Another idemclient
-// option is an error wrapping ErrBadOption.
-//
-//	idemgrpc.WithRetry(idemclient.WithMaxAttempts(4), idemclient.WithBudget(10*time.Second))
+// WithRetry sets the retry policy with the HTTP client's options, whose
+// defaults it shares: idemclient.WithMaxAttempts, WithBudget, WithBackoff
+// and WithRetryAfterCap (the longest wait a RetryInfo may ask for).
 func WithRetry(opts ...idemclient.Option) ClientOption {
 	return clientOption(func(c *clientConfig) (err error) {
 		if c.retry, err = idemclient.NewRetryPolicy(opts...); err != nil {
@@ -47,45 +54,12 @@ func WithRetry(opts ...idemclient.Option) ClientOption {
 	})
 }
 
-// UnaryClientInterceptor returns an interceptor that gives each unary call
-// one idempotency key (the caller's, if its outgoing metadata has one,
-// else idemclient.NewKey), sends it on every attempt, and retries
-// Unavailable and Aborted-with-RetryInfo under the retry policy
-// (WithRetry) and the call's deadline; other codes are returned at once.
-// It returns an error wrapping ErrBadOption for a bad option. Report
-// tells what happened.
-//
-//	idemUnary, err := idemgrpc.UnaryClientInterceptor(idemgrpc.WithRetry(idemclient.WithMaxAttempts(4)))
-//	conn, err := grpc.NewClient(addr, grpc.WithChainUnaryInterceptor(idemUnary), creds)
-func UnaryClientInterceptor(opts ...ClientOption) (grpc.UnaryClientInterceptor, error) {
-	c := &client{clientConfig{names: names{DefaultKeyMetadata, DefaultReplayMetadata}}}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.applyClient(&c.clientConfig); err != nil {
-			return nil, err
-		}
-	}
-	if c.retry == nil {
-		c.retry, _ = idemclient.NewRetryPolicy() // the defaults: no error
-	}
-	return c.intercept, nil
-}
-
-// Result is what happened to one logical call, as idemclient reports a
-// request's: the key every attempt carried, how many attempts were made,
-// and whether the last answer's header metadata carries
-// idempotency-replayed: true (the server answered from its store).
+// Result is what happened to one logical call: its key, its attempts, and
+// whether the last answer was a replay (idempotency-replayed: true).
 type Result = idemclient.Result
 
 // Report returns a call option that fills r once a call through the client
-// interceptor ends, whatever its outcome. A call the interceptor does not
-// protect (no interceptor, WithMethods, an empty caller key) leaves r as
-// it is.
-//
-//	var r idemgrpc.Result
-//	resp, err := orders.Create(ctx, req, idemgrpc.Report(&r))
+// interceptor ends, whatever its outcome; an unprotected call leaves it.
 func Report(r *Result) grpc.CallOption { return reportOption{r: r} }
 
 type reportOption struct {
@@ -93,27 +67,23 @@ type reportOption struct {
 	r *Result
 }
 
-type client struct{ clientConfig }
-
-func (c *client) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+func (c *clientConfig) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if c.protect != nil && !c.protect(method) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	report := new(Result) // filled and dropped without Report
+	md, _ := metadata.FromOutgoingContext(ctx)
+	key := ""
+	if vals := md.Get(c.keyMD); len(vals) == 0 {
+		key = idemclient.NewKey()
+		ctx = metadata.AppendToOutgoingContext(ctx, c.keyMD, key)
+	} else if key = vals[0]; key == "" {
+		return invoker(ctx, method, req, reply, cc, opts...) // the caller's empty key: sent once, as it is
+	}
+	report := new(Result) // Report's, if given
 	for _, o := range opts {
 		if r, ok := o.(reportOption); ok {
 			report = r.r
 		}
-	}
-	md, _ := metadata.FromOutgoingContext(ctx)
-	key := ""
-	if vals := md.Get(c.keyMD); len(vals) > 0 {
-		if key = vals[0]; key == "" {
-			return invoker(ctx, method, req, reply, cc, opts...) // the caller's empty key: sent once, as it is
-		}
-	} else {
-		key = idemclient.NewKey()
-		ctx = metadata.AppendToOutgoingContext(ctx, c.keyMD, key)
 	}
 	var hdr metadata.MD
 	opts = append(opts[:len(opts):len(opts)], grpc.Header(&hdr))
@@ -133,36 +103,28 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 	}
 }
 
-func (c *client) replayed(md metadata.MD) bool {
+func (c *clientConfig) replayed(md metadata.MD) bool {
 	v := md.Get(c.replayMD)
 	return len(v) == 1 && v[0] == "true"
 }
 
 // classify tells whether an attempt's error may be retried, whether it
-// says the key is in flight, and the wait its RetryInfo asks for (-1
-// without one).
-func (c *client) classify(ctx context.Context, err error, hdr metadata.MD) (retry, inFlight bool, hint time.Duration) {
-	st, ok := status.FromError(err)
-	if err == nil || !ok || ctx.Err() != nil || c.replayed(hdr) {
+// says the key is in flight, and its RetryInfo's wait (-1 without one).
+func (c *clientConfig) classify(ctx context.Context, err error, hdr metadata.MD) (retry, inFlight bool, hint time.Duration) {
+	st, _ := status.FromError(err) // nil for nil, Unknown for an error that is not a status
+	if code := st.Code(); ctx.Err() != nil || c.replayed(hdr) || code != codes.Unavailable && code != codes.Aborted {
 		return false, false, -1
 	}
 	hint, hasInfo := -1, false
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.RetryInfo:
-			hasInfo = true
-			if d.GetRetryDelay() != nil && d.GetRetryDelay().IsValid() {
+			if hasInfo = true; d.GetRetryDelay().IsValid() {
 				hint = max(d.GetRetryDelay().AsDuration(), 0)
 			}
 		case *errdetails.ErrorInfo:
 			inFlight = inFlight || d.GetDomain() == ErrorDomain && d.GetReason() == ReasonInFlight
 		}
 	}
-	switch st.Code() {
-	case codes.Unavailable:
-		return true, false, hint
-	case codes.Aborted:
-		return hasInfo, inFlight && hasInfo, hint
-	}
-	return false, false, -1
+	return st.Code() == codes.Unavailable || hasInfo, inFlight && hasInfo && st.Code() == codes.Aborted, hint
 }

@@ -3,7 +3,7 @@ package idemgrpc
 import (
 	"context"
 	"fmt"
-	"slices"
+	"regexp"
 	"strings"
 
 	idem "github.com/idemkit/idem/core"
@@ -13,19 +13,20 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
-// The default metadata names of the key and of the replay mark.
+// The default metadata names of the key and of the replay mark, and Kind,
+// the Op.Kind of the calls the server interceptor protects (their Op.Name
+// is the full method).
 const (
 	DefaultKeyMetadata    = "idempotency-key"
 	DefaultReplayMetadata = "idempotency-replayed"
+	Kind                  = "grpc"
 )
 
-// ErrorDomain is the domain of the google.rpc.ErrorInfo the server
-// interceptor attaches to its own errors; the Reason* constants are their
-// reasons.
-const ErrorDomain = "github.com/idemkit/idem"
-
-// The reasons of the server interceptor's errors, in their ErrorInfo.
+// ErrorDomain is the domain of the google.rpc.ErrorInfo of the server
+// interceptor's own errors; the Reason* constants are their reasons.
 const (
+	ErrorDomain = "github.com/idemkit/idem"
+
 	ReasonMissingKey   = "IDEMPOTENCY_KEY_MISSING"
 	ReasonInvalidKey   = "IDEMPOTENCY_KEY_INVALID"
 	ReasonInFlight     = "IDEMPOTENCY_KEY_IN_FLIGHT"
@@ -35,55 +36,45 @@ const (
 	ReasonNoNamespace  = "IDEMPOTENCY_NAMESPACE_REQUIRED"
 )
 
-// ErrBadOption is wrapped by every error UnaryServerInterceptor and
-// UnaryClientInterceptor return for a bad option. It wraps
-// idem.ErrBadOption.
+// ErrBadOption, which wraps idem.ErrBadOption, is wrapped by bad options' errors.
 var ErrBadOption = fmt.Errorf("idemgrpc: %w", idem.ErrBadOption)
 
 func badOption(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrBadOption}, args...)...)
 }
 
-// An Option configures the server interceptor. Options are applied in
-// order; a nil Option is ignored. Each documents its default.
-type Option interface{ applyServer(*serverConfig) error }
+// An Option configures the server interceptor, a ClientOption the client
+// interceptor, and a SharedOption (a metadata name) either. Options are
+// applied in order; nil ones are ignored. Each documents its default.
+type (
+	Option       interface{ applyServer(*serverConfig) error }
+	ClientOption interface{ applyClient(*clientConfig) error }
+	SharedOption interface {
+		Option
+		ClientOption
+	}
+)
 
-// A ClientOption configures the client interceptor, likewise.
-type ClientOption interface{ applyClient(*clientConfig) error }
-
-// A SharedOption configures either interceptor: a metadata name both must
-// agree on.
-type SharedOption interface {
-	Option
-	ClientOption
-}
-
-type serverOption func(*serverConfig) error
+type (
+	serverOption func(*serverConfig) error
+	clientOption func(*clientConfig) error
+	nameOption   func(*names) error
+	names        struct{ keyMD, replayMD string } // the metadata names both interceptors use
+)
 
 func (f serverOption) applyServer(c *serverConfig) error { return f(c) }
-
-type clientOption func(*clientConfig) error
-
 func (f clientOption) applyClient(c *clientConfig) error { return f(c) }
+func (f nameOption) applyServer(c *serverConfig) error   { return f(&c.names) }
+func (f nameOption) applyClient(c *clientConfig) error   { return f(&c.names) }
 
-// names are the metadata names both interceptors use.
-type names struct{ keyMD, replayMD string }
-
-type nameOption func(*names) error
-
-func (f nameOption) applyServer(c *serverConfig) error { return f(&c.names) }
-func (f nameOption) applyClient(c *clientConfig) error { return f(&c.names) }
-
-// WithKeyMetadata sets the metadata name that carries the key, on the
-// server and on the client. Names are lowercased; one ending in "-bin" or
-// starting with "grpc-" is refused. Default: idempotency-key.
+// WithKeyMetadata sets the metadata name of the key, lowercased (not
+// grpc-* nor *-bin). Default: idempotency-key.
 func WithKeyMetadata(name string) SharedOption {
 	return nameOption(func(n *names) (err error) { n.keyMD, err = mdName("key", name); return err })
 }
 
 // WithReplayMetadata sets the header metadata name, with the value
-// "true", that marks a replayed answer, on the server and on the client.
-// Default: idempotency-replayed.
+// "true", that marks a replayed answer. Default: idempotency-replayed.
 func WithReplayMetadata(name string) SharedOption {
 	return nameOption(func(n *names) (err error) { n.replayMD, err = mdName("replay", name); return err })
 }
@@ -91,57 +82,44 @@ func WithReplayMetadata(name string) SharedOption {
 // mdName validates a metadata name for a text value.
 func mdName(what, name string) (string, error) {
 	n := strings.ToLower(name)
-	if n == "" {
-		return "", badOption("empty %s metadata name", what)
-	}
-	for i := 0; i < len(n); i++ {
-		if c := n[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return "", badOption("%s metadata name %q: byte %q is not allowed", what, name, c)
-		}
-	}
-	if strings.HasSuffix(n, "-bin") || strings.HasPrefix(n, "grpc-") {
-		return "", badOption("%s metadata name %q is reserved (grpc-*) or binary (*-bin)", what, name)
+	if n == "" || strings.Trim(n, "abcdefghijklmnopqrstuvwxyz0123456789-_.") != "" || strings.HasSuffix(n, "-bin") || strings.HasPrefix(n, "grpc-") {
+		return "", badOption("%s metadata name %q: want letters, digits, '-', '_' and '.', and neither grpc-* nor *-bin", what, name)
 	}
 	return n, nil
+}
+
+// notNil is the error of an option given a nil function, when isNil.
+func notNil(isNil bool, what string) error {
+	if isNil {
+		return badOption("nil %s", what)
+	}
+	return nil
 }
 
 type serverConfig struct {
 	names
 	keyFunc   KeyFunc
 	namespace func(context.Context) string
-	final     [17]bool // by codes.Code
-	base      []idem.RouteOption
-	services  map[string][]idem.RouteOption // by service name
-	methods   map[string][]idem.RouteOption // by full method
+	final     [17]bool                      // by codes.Code
+	patterns  map[string][]idem.RouteOption // "" for every method, "/pkg.Service/" for a service, or a full method
 	types     map[string]protoreflect.MessageType
+	engine    *idem.Engine
+	routes    map[string]idem.Route // the policy's decisions, by the keys of patterns
+	missing   error                 // the error of a call without a required key
 }
 
-// KeyFunc returns the idempotency key carried in a request message, or ""
-// when it carries none (the metadata is then used). FieldKey makes one for
-// a string field, as in AIP-155's request_id.
+// KeyFunc returns the idempotency key in a request message, or "".
 type KeyFunc func(ctx context.Context, fullMethod string, req any) string
 
-// WithKeyFunc sets a function that finds the key in the request message;
-// when it returns "", the key metadata is used. It runs before the
-// handler, for every protected call. Default: none (metadata only).
-//
-//	idemgrpc.WithKeyFunc(idemgrpc.FieldKey("request_id")) // AIP-155
+// WithKeyFunc sets a function that finds the key in the request message,
+// before the metadata, such as FieldKey("request_id"). Default: none.
 func WithKeyFunc(fn KeyFunc) Option {
-	return serverOption(func(c *serverConfig) error {
-		if fn == nil {
-			return badOption("nil key function")
-		}
-		c.keyFunc = fn
-		return nil
-	})
+	return serverOption(func(c *serverConfig) error { c.keyFunc = fn; return notNil(fn == nil, "key function") })
 }
 
-// FieldKey returns a KeyFunc that reads the key from a string field of the
-// request message, by its proto name, as AIP-155 puts it in request_id;
-// a dotted path reaches into singular message fields. A message without
-// such a field, or with it empty, gives "" (the metadata is then used).
-//
-//	idemgrpc.WithKeyFunc(idemgrpc.FieldKey("order.request_id"))
+// FieldKey returns a KeyFunc that reads a string field of the request by
+// its proto name (AIP-155's request_id), or a dotted path into singular
+// message fields ("order.request_id"); "" when it is absent or empty.
 func FieldKey(path string) KeyFunc {
 	names := strings.Split(path, ".")
 	return func(_ context.Context, _ string, req any) string {
@@ -167,24 +145,14 @@ func FieldKey(path string) KeyFunc {
 }
 
 // WithNamespace sets the function that names the caller of an RPC (the
-// authenticated principal, a tenant): keys are scoped by it, so two
-// callers never share one. "" is global. Default: global for every call.
+// authenticated principal, a tenant), which scopes keys. Default: global.
 func WithNamespace(fn func(ctx context.Context) string) Option {
-	return serverOption(func(c *serverConfig) error {
-		if fn == nil {
-			return badOption("nil namespace function")
-		}
-		c.namespace = fn
-		return nil
-	})
+	return serverOption(func(c *serverConfig) error { c.namespace = fn; return notNil(fn == nil, "namespace function") })
 }
 
 // WithFinalCodes names the error codes that settle a call: a handler
-// error with one of them is stored, with its message, details and
-// metadata, and replayed to every retry; other codes release the key, so
-// a retry runs the handler again. OK cannot be named. Default: none.
-//
-//	idemgrpc.WithFinalCodes(codes.InvalidArgument, codes.FailedPrecondition, codes.AlreadyExists)
+// error with one is stored (message, details, metadata) and replayed;
+// other codes release the key. OK cannot be named. Default: none.
 func WithFinalCodes(cs ...codes.Code) Option {
 	return serverOption(func(c *serverConfig) error {
 		for _, code := range cs {
@@ -197,83 +165,53 @@ func WithFinalCodes(cs ...codes.Code) Option {
 	})
 }
 
-// ForMethod gives the methods pattern names the per-operation policy
-// every transport of idem shares: idem.Required, idem.Optional,
-// idem.Skip, idem.TTL. The pattern is a full method
-// ("/pkg.Service/Method"), a service ("/pkg.Service/*") or every method
-// ("*"). A call takes the engine's policy (Engine.Policy: a key is
-// required unless idem.WithOptionalKey), then the options of "*", of its
-// service and of its method, each on top of the one before. A method its
-// service's descriptor in protoregistry.GlobalFiles does not have is an
-// error (a typo would leave the real method on the default policy), and
-// so is idem.ForRoute among opts: give each method its own ForMethod.
-//
-//	idemgrpc.ForMethod("/grpc.health.v1.Health/*", idem.Skip())
-//	idemgrpc.ForMethod("/orders.v1.Orders/Quote", idem.Optional(), idem.TTL(time.Hour))
+// ForMethod gives the methods pattern names idem's per-operation policy,
+// as HTTP routes have it: idem.Required, Optional, Skip, TTL. The pattern
+// is a full method ("/pkg.Service/Method"), a service ("/pkg.Service/*")
+// or "*". A call takes the engine's policy, then the options of "*", of
+// its service and of its method, each on top of the one before; as for
+// HTTP, none undoes Skip. idem.ForRoute is refused, and so is a method
+// its service's descriptor in protoregistry.GlobalFiles lacks (a typo).
 func ForMethod(pattern string, opts ...idem.RouteOption) Option {
 	return serverOption(func(c *serverConfig) error {
-		if len(idem.RouteRules(opts...)) > 0 {
-			return badOption("ForMethod(%q): idem.ForRoute does not apply to gRPC; give each method its own ForMethod", pattern)
-		}
-		service, method, ok := splitMethod(pattern)
+		m := fullMethod.FindStringSubmatch(pattern)
 		switch {
+		case len(idem.RouteRules(opts...)) > 0:
+			return badOption("ForMethod(%q): idem.ForRoute does not apply to gRPC; give each method its own ForMethod", pattern)
 		case pattern == "*":
-			c.base = append(c.base, opts...)
-		case ok && method == "*":
-			c.services[service] = append(c.services[service], opts...)
-		case ok && !strings.Contains(method, "*"):
-			d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
-			if sd, isService := d.(protoreflect.ServiceDescriptor); err == nil && isService && sd.Methods().ByName(protoreflect.Name(method)) == nil {
-				return badOption("ForMethod(%q): service %s has no method %s", pattern, service, method)
-			}
-			c.methods[pattern] = append(c.methods[pattern], opts...)
-		default:
+			pattern = ""
+		case m != nil && m[2] == "*":
+			pattern = pattern[:len(pattern)-1]
+		case m == nil || strings.Contains(m[2], "*"):
 			return badOption("method pattern %q is not /pkg.Service/Method, /pkg.Service/* or *", pattern)
+		case unknownMethod(m[1], m[2]):
+			return badOption("ForMethod(%q): service %s has no method %s", pattern, m[1], m[2])
 		}
+		c.patterns[pattern] = append(c.patterns[pattern], opts...)
 		return nil
 	})
 }
 
-// routes resolves the ForMethod options into the decisions the server
-// interceptor makes per call: for every method, per service, per method.
-func (c *serverConfig) routes(e *idem.Engine) (def idem.Route, services, methods map[string]idem.Route) {
-	def = e.Policy(c.base...).Route(Kind, "*")
-	services = make(map[string]idem.Route, len(c.services))
-	for name, o := range c.services {
-		services[name] = e.Policy(slices.Concat(c.base, o)...).Route(Kind, "/"+name+"/*")
-	}
-	methods = make(map[string]idem.Route, len(c.methods))
-	for full, o := range c.methods {
-		service, _, _ := splitMethod(full)
-		methods[full] = e.Policy(slices.Concat(c.base, c.services[service], o)...).Route(Kind, full)
-	}
-	return def, services, methods
+// unknownMethod reports a method its service's registered descriptor lacks.
+func unknownMethod(service, method string) bool {
+	d, _ := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	return ok && sd.Methods().ByName(protoreflect.Name(method)) == nil
 }
 
-// WithResponseType sets the response type of a method, for replays of
-// answers whose message type is not in protoregistry.GlobalTypes (see the
-// package documentation). msg is a message of the type, such as
-// (*pb.CreateOrderResponse)(nil).
-func WithResponseType(fullMethod string, msg proto.Message) Option {
+// WithResponseType sets the response type of a method, such as
+// (*pb.CreateOrderResponse)(nil), for replays of answers whose message
+// type is not in protoregistry.GlobalTypes.
+func WithResponseType(method string, msg proto.Message) Option {
 	return serverOption(func(c *serverConfig) error {
-		if _, m, ok := splitMethod(fullMethod); !ok || strings.Contains(m, "*") {
-			return badOption("%q is not a full method name (/pkg.Service/Method)", fullMethod)
+		if m := fullMethod.FindStringSubmatch(method); m == nil || strings.Contains(m[2], "*") || msg == nil {
+			return badOption("WithResponseType(%q, %v): want a full method name (/pkg.Service/Method) and a message", method, msg)
 		}
-		if msg == nil {
-			return badOption("nil response message for %s", fullMethod)
-		}
-		c.types[fullMethod] = msg.ProtoReflect().Type()
+		c.types[method] = msg.ProtoReflect().Type()
 		return nil
 	})
 }
 
-// splitMethod splits "/pkg.Service/Method" into its service ("pkg.Service")
-// and method ("Method").
-func splitMethod(full string) (service, method string, ok bool) {
-	rest, found := strings.CutPrefix(full, "/")
-	service, method, found2 := strings.Cut(rest, "/")
-	if !found || !found2 || service == "" || method == "" || strings.Contains(method, "/") {
-		return "", "", false
-	}
-	return service, method, true
-}
+// fullMethod matches "/pkg.Service/Method"; its submatches are the service
+// and the method.
+var fullMethod = regexp.MustCompile(`^/([^/]+)/([^/]+)$`)
