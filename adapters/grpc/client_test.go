@@ -255,17 +255,6 @@ func TestClientKeys(t *testing.T) {
 	})
 }
 
-func TestNewKey(t *testing.T) {
-	seen := map[string]bool{}
-	for range 100 {
-		k := idemclient.NewKey()
-		if len(k) != 36 || k[14] != '4' || !(k[19] == '8' || k[19] == '9' || k[19] == 'a' || k[19] == 'b') || seen[k] {
-			t.Fatalf("NewKey() = %q", k)
-		}
-		seen[k] = true
-	}
-}
-
 // The client interceptor against a real server: a retry that finds the
 // first call in flight waits for it and gets its replay.
 func TestClientThroughInFlight(t *testing.T) {

@@ -51,9 +51,12 @@ func TestBadOptions(t *testing.T) {
 		"an HTTP option":     idemgrpc.WithRetry(idemclient.WithKeyHeader("X-Key")),
 		"nil method filter":  idemgrpc.WithMethods(nil),
 	} {
-		if _, err := idemgrpc.UnaryClientInterceptor(opt); !errors.Is(err, idemgrpc.ErrBadOption) {
+		if _, err := idemgrpc.UnaryClientInterceptor(opt); !errors.Is(err, idemgrpc.ErrBadOption) || !errors.Is(err, idem.ErrBadOption) {
 			t.Errorf("%s: %v, want ErrBadOption", name, err)
 		}
+	}
+	if _, err := idemgrpc.UnaryClientInterceptor(idemgrpc.WithRetry(idemclient.WithMaxAttempts(0))); !errors.Is(err, idemclient.ErrBadOption) {
+		t.Errorf("WithRetry: %v, want the idemclient.ErrBadOption it wraps", err)
 	}
 }
 
