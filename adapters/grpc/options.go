@@ -170,8 +170,8 @@ func WithFinalCodes(cs ...codes.Code) Option {
 // is a full method ("/pkg.Service/Method"), a service ("/pkg.Service/*")
 // or "*". A call takes the engine's policy, then the options of "*", of
 // its service and of its method, each on top of the one before; as for
-// HTTP, none undoes Skip. idem.ForRoute is refused, and so is a method
-// its service's descriptor in protoregistry.GlobalFiles lacks (a typo).
+// HTTP, nothing undoes Skip, and options under it are refused. So are
+// idem.ForRoute and a method its service's registered descriptor lacks.
 func ForMethod(pattern string, opts ...idem.RouteOption) Option {
 	return serverOption(func(c *serverConfig) error {
 		m := fullMethod.FindStringSubmatch(pattern)

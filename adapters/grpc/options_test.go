@@ -38,6 +38,15 @@ func TestBadOptions(t *testing.T) {
 			t.Errorf("%s: %v, want ErrBadOption", name, err)
 		}
 	}
+	// A method's options under its skipped service would never apply.
+	for name, opts := range map[string][]idemgrpc.Option{
+		"a method of a skipped service": {idemgrpc.ForMethod("/grpc.testing.TestService/*", idem.Skip()), idemgrpc.ForMethod(unaryCall, idem.Required())},
+		"a service under a skipped *":   {idemgrpc.ForMethod("*", idem.Skip()), idemgrpc.ForMethod("/a.B/*", idem.TTL(time.Hour))},
+	} {
+		if _, err := idemgrpc.UnaryServerInterceptor(engine, opts...); !errors.Is(err, idemgrpc.ErrBadOption) {
+			t.Errorf("%s: %v, want ErrBadOption", name, err)
+		}
+	}
 	if _, err := idemgrpc.UnaryServerInterceptor(nil); !errors.Is(err, idemgrpc.ErrBadOption) {
 		t.Errorf("nil engine: %v", err)
 	}

@@ -52,6 +52,9 @@ func UnaryServerInterceptor(engine *idem.Engine, opts ...Option) (grpc.UnaryServ
 	for p := range s.patterns { // each on top of its service's, on top of every method's
 		var opts []idem.RouteOption
 		for _, q := range slices.Compact([]string{"", p[:strings.LastIndexByte(p, '/')+1], p}) {
+			if len(opts) > 0 && len(s.patterns[q]) > 0 && engine.Policy(opts...).Route(Kind, q).Skip {
+				return nil, badOption("ForMethod options for %s come under a skipping pattern: idem.Skip cannot be undone; skip the other methods one by one", q)
+			}
 			opts = append(opts, s.patterns[q]...)
 		}
 		s.routes[p] = engine.Policy(opts...).Route(Kind, p)
@@ -124,8 +127,7 @@ func (s *serverConfig) intercept(ctx context.Context, req any, info *grpc.UnaryS
 }
 
 // settle puts the answer to store in env, or returns the error to answer
-// with once the key is released: the handler's, when its code is not
-// final.
+// with once the key is released: the handler's, if its code is not final.
 func (s *serverConfig) settle(method string, resp any, appErr error, env envelope) (envelope, error) {
 	m, _ := resp.(proto.Message)
 	env.kind = kindMessage
@@ -147,8 +149,7 @@ func (s *serverConfig) settle(method string, resp any, appErr error, env envelop
 	return env, nil
 }
 
-// replay answers from a stored envelope: a status, or a response of the
-// type WithResponseType gave, else of the stored name in GlobalTypes.
+// replay answers from a stored envelope.
 func (s *serverConfig) replay(ctx context.Context, method string, stored *idem.Response) (any, error) {
 	if stored.BodyOmitted {
 		return nil, lifecycleError(idem.ErrResultOmitted)
@@ -177,8 +178,7 @@ func (s *serverConfig) replay(ctx context.Context, method string, stored *idem.R
 	return m, nil
 }
 
-// forward hands metadata to the call's real stream. It fails only when an
-// interceptor outside already sent the header; the answer goes regardless.
+// forward hands metadata to the call's real stream, if it takes it.
 func forward(ctx context.Context, hdr, trl metadata.MD) {
 	if hdr.Len() > 0 {
 		_ = grpc.SetHeader(ctx, hdr)
@@ -188,8 +188,7 @@ func forward(ctx context.Context, hdr, trl metadata.MD) {
 	}
 }
 
-// lifecycleError maps an error of Engine.Start's or Call.Complete's to a
-// status that tells the client what it can act on.
+// lifecycleError maps an error of Engine.Start or Call.Complete to a status.
 func lifecycleError(err error) error {
 	var re *idem.RetryError
 	hint := errors.As(err, &re)
@@ -212,8 +211,7 @@ func lifecycleError(err error) error {
 	return status.Errorf(codes.Internal, "idemgrpc: %v", err)
 }
 
-// withInfo returns a status error with an ErrorInfo of ErrorDomain and
-// reason, then more details.
+// withInfo returns a status error with an ErrorInfo, then more details.
 func withInfo(code codes.Code, msg, reason string, more ...protoadapt.MessageV1) error {
 	st, err := status.New(code, msg).WithDetails(append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}}, more...)...)
 	if err != nil {

@@ -360,12 +360,13 @@ func TestKeyRules(t *testing.T) {
 func TestMethodPolicies(t *testing.T) {
 	svc := &service{}
 	// Each level goes on top of the one before: UnaryCall is required by
-	// its service over "*", EmptyCall skipped by its own pattern. Skip is
-	// the shared policy's, as in HTTP: no narrower pattern undoes it.
+	// its service over "*", EmptyCall skipped by its own pattern. (Skip is
+	// the shared policy's, as in HTTP: nothing undoes it, and options under
+	// it are refused; see TestBadOptions.)
 	opts := []idemgrpc.Option{
 		idemgrpc.ForMethod("*", idem.Optional()),
 		idemgrpc.ForMethod("/grpc.testing.TestService/*", idem.Required(), idem.TTL(time.Hour)),
-		idemgrpc.ForMethod(emptyCall, idem.Skip(), idem.Required()),
+		idemgrpc.ForMethod(emptyCall, idem.Skip()),
 	}
 	var mu sync.Mutex
 	var outcomes []string
