@@ -63,6 +63,10 @@
 // ResponseHeaderTimeout (a timeout is retried) and the whole logical
 // request with http.Client.Timeout or the context.
 //
+// These limits and waits are a RetryPolicy, which NewRetryPolicy builds
+// from the same options for clients of other protocols: the gRPC client
+// interceptor (idemgrpc) retries by it.
+//
 // # What happened
 //
 // ResultOf(resp) gives the final response's Result: the key, how many

@@ -113,7 +113,7 @@ func TestConnectionReset(t *testing.T) {
 	}()
 	var errs []error
 	tr := newTransport(t, &http.Transport{}, WithOnAttempt(func(a Attempt) { errs = append(errs, a.Err) }))
-	tr.jitter = func(time.Duration) time.Duration { return 0 }
+	tr.cfg.retry.jitter = func(time.Duration) time.Duration { return 0 }
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+ln.Addr().String()+"/orders", &onlyReader{s: "order"})
 	resp, err := tr.RoundTrip(req)
 	if err != nil {

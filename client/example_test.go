@@ -1,6 +1,7 @@
 package idemclient_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -130,4 +131,33 @@ func ExampleError() {
 	}
 	// Output:
 	// attempts: 3 EOF: true key kept for later: true
+}
+
+// A RetryPolicy retries another protocol's calls as the Transport retries
+// HTTP requests. Here a call answers "busy" twice, then succeeds.
+func ExampleRetryPolicy() {
+	policy, err := idemclient.NewRetryPolicy(idemclient.WithMaxAttempts(4), idemclient.WithBackoff(time.Millisecond, 10*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	errBusy := errors.New("busy")
+	send := func(n int) error { // stands in for one attempt of the call
+		if n < 3 {
+			return errBusy
+		}
+		return nil
+	}
+	retries := policy.Begin(context.Background())
+	for n := 1; ; n++ {
+		err := send(n)
+		wait, ok := retries.Next(errors.Is(err, errBusy), false, -1) // -1: the answer asks for no wait
+		if !ok {
+			fmt.Printf("attempts: %d, error: %v\n", n, err)
+			break
+		}
+		if err := retries.Wait(wait); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output: attempts: 3, error: <nil>
 }

@@ -155,7 +155,7 @@ func newTransport(t *testing.T, base http.RoundTripper, opts ...Option) *Transpo
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr.jitter = func(d time.Duration) time.Duration { return d }
+	tr.cfg.retry.jitter = func(d time.Duration) time.Duration { return d }
 	return tr
 }
 

@@ -20,8 +20,8 @@ const (
 	DefaultMaxBufferedBody = 1 << 20
 )
 
-// ErrBadOption is wrapped by every error New and NewClient return for a bad
-// option.
+// ErrBadOption is wrapped by every error New, NewClient and NewRetryPolicy
+// return for a bad option.
 var ErrBadOption = errors.New("idemclient: bad option")
 
 // An Option configures a Transport. Options are applied in order; a nil
@@ -29,33 +29,37 @@ var ErrBadOption = errors.New("idemclient: bad option")
 type Option func(*config) error
 
 type config struct {
-	methods       []string
-	keyHeader     string
-	replayHeader  string
-	keyFunc       func(*http.Request) string
-	maxAttempts   int
-	budget        time.Duration
-	backoffBase   time.Duration
-	backoffCap    time.Duration
-	retryAfterCap time.Duration
-	maxBuffered   int64
-	inProgress    func(resp *http.Response, body []byte) bool
-	onAttempt     func(Attempt)
+	methods      []string
+	keyHeader    string
+	replayHeader string
+	keyFunc      func(*http.Request) string
+	retry        RetryPolicy
+	maxBuffered  int64
+	inProgress   func(resp *http.Response, body []byte) bool
+	onAttempt    func(Attempt)
+	retryOnly    bool // NewRetryPolicy: the options of other settings are refused
 }
 
 func defaultConfig() config {
 	return config{
-		methods:       []string{http.MethodPost, http.MethodPatch},
-		keyHeader:     DefaultKeyHeader,
-		replayHeader:  DefaultReplayHeader,
-		keyFunc:       func(*http.Request) string { return NewKey() },
-		maxAttempts:   DefaultMaxAttempts,
-		budget:        DefaultBudget,
-		backoffBase:   DefaultBackoffBase,
-		backoffCap:    DefaultBackoffCap,
-		retryAfterCap: DefaultRetryAfterCap,
-		maxBuffered:   DefaultMaxBufferedBody,
-		inProgress:    InProgress,
+		methods:      []string{http.MethodPost, http.MethodPatch},
+		keyHeader:    DefaultKeyHeader,
+		replayHeader: DefaultReplayHeader,
+		keyFunc:      func(*http.Request) string { return NewKey() },
+		retry:        defaultRetryPolicy(),
+		maxBuffered:  DefaultMaxBufferedBody,
+		inProgress:   InProgress,
+	}
+}
+
+// httpOnly wraps o, the HTTP option called name, so that NewRetryPolicy
+// refuses it.
+func httpOnly(name string, o Option) Option {
+	return func(c *config) error {
+		if c.retryOnly {
+			return badOption("%s does not apply to a RetryPolicy", name)
+		}
+		return o(c)
 	}
 }
 
@@ -68,7 +72,7 @@ func badOption(format string, args ...any) error {
 // retried. GET, HEAD, OPTIONS and TRACE are safe methods; naming one is an
 // error. Default: POST and PATCH.
 func WithMethods(methods ...string) Option {
-	return func(c *config) error {
+	return httpOnly("WithMethods", func(c *config) error {
 		if len(methods) == 0 {
 			return badOption("no methods")
 		}
@@ -85,31 +89,31 @@ func WithMethods(methods ...string) Option {
 		}
 		c.methods = ms
 		return nil
-	}
+	})
 }
 
 // WithKeyHeader sets the request header that carries the key.
 // Default: Idempotency-Key.
 func WithKeyHeader(name string) Option {
-	return func(c *config) error {
+	return httpOnly("WithKeyHeader", func(c *config) error {
 		if !validToken(name) {
 			return badOption("key header %q is not a valid header name", name)
 		}
 		c.keyHeader = http.CanonicalHeaderKey(name)
 		return nil
-	}
+	})
 }
 
 // WithReplayHeader sets the response header whose value "true" marks a
 // replayed response (Result.Replayed). Default: Idempotent-Replayed.
 func WithReplayHeader(name string) Option {
-	return func(c *config) error {
+	return httpOnly("WithReplayHeader", func(c *config) error {
 		if !validToken(name) {
 			return badOption("replay header %q is not a valid header name", name)
 		}
 		c.replayHeader = http.CanonicalHeaderKey(name)
 		return nil
-	}
+	})
 }
 
 // WithKeyFunc sets how the key of a protected request without a key header
@@ -121,13 +125,13 @@ func WithReplayHeader(name string) Option {
 //
 // Default: NewKey, a random UUID.
 func WithKeyFunc(fn func(*http.Request) string) Option {
-	return func(c *config) error {
+	return httpOnly("WithKeyFunc", func(c *config) error {
 		if fn == nil {
 			return badOption("nil key function")
 		}
 		c.keyFunc = fn
 		return nil
-	}
+	})
 }
 
 // WithMaxAttempts sets how many times one logical request is sent at most,
@@ -139,7 +143,7 @@ func WithMaxAttempts(n int) Option {
 		if n < 1 {
 			return badOption("max attempts %d is less than 1", n)
 		}
-		c.maxAttempts = n
+		c.retry.maxAttempts = n
 		return nil
 	}
 }
@@ -154,7 +158,7 @@ func WithBudget(d time.Duration) Option {
 		if d <= 0 {
 			return badOption("budget %v is not positive", d)
 		}
-		c.budget = d
+		c.retry.budget = d
 		return nil
 	}
 }
@@ -167,7 +171,7 @@ func WithBackoff(base, maxWait time.Duration) Option {
 		if base <= 0 || maxWait < base {
 			return badOption("backoff base %v and cap %v: want 0 < base <= cap", base, maxWait)
 		}
-		c.backoffBase, c.backoffCap = base, maxWait
+		c.retry.backoffBase, c.retry.backoffCap = base, maxWait
 		return nil
 	}
 }
@@ -179,7 +183,7 @@ func WithRetryAfterCap(d time.Duration) Option {
 		if d <= 0 {
 			return badOption("Retry-After cap %v is not positive", d)
 		}
-		c.retryAfterCap = d
+		c.retry.retryAfterCap = d
 		return nil
 	}
 }
@@ -189,13 +193,13 @@ func WithRetryAfterCap(d time.Duration) Option {
 // without GetBody when n is 0, is sent once and never retried.
 // Default: 1 MiB.
 func WithMaxBufferedBody(n int64) Option {
-	return func(c *config) error {
+	return httpOnly("WithMaxBufferedBody", func(c *config) error {
 		if n < 0 {
 			return badOption("max buffered body %d is negative", n)
 		}
 		c.maxBuffered = n
 		return nil
-	}
+	})
 }
 
 // WithInProgress replaces the test that tells an in-progress 409 (retried)
@@ -204,26 +208,26 @@ func WithMaxBufferedBody(n int64) Option {
 // called for a replayed response, which is always final. Default:
 // InProgress.
 func WithInProgress(fn func(resp *http.Response, body []byte) bool) Option {
-	return func(c *config) error {
+	return httpOnly("WithInProgress", func(c *config) error {
 		if fn == nil {
 			return badOption("nil in-progress test")
 		}
 		c.inProgress = fn
 		return nil
-	}
+	})
 }
 
 // WithOnAttempt sets a function called after each attempt, on the
 // goroutine of the request, once the transport has decided whether to
 // retry; use it for logs and metrics, and keep it fast. Default: none.
 func WithOnAttempt(fn func(Attempt)) Option {
-	return func(c *config) error {
+	return httpOnly("WithOnAttempt", func(c *config) error {
 		if fn == nil {
 			return badOption("nil attempt hook")
 		}
 		c.onAttempt = fn
 		return nil
-	}
+	})
 }
 
 // validToken reports whether s is an RFC 9110 token, as method and header

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
@@ -108,19 +107,6 @@ func digits(s string) bool {
 	return s != ""
 }
 
-// backoff returns the wait before retry n (1 for the first retry) when the
-// answer has no Retry-After: full jitter over base·2^(n-1), capped.
-func (t *Transport) backoff(n int) time.Duration {
-	d := t.cfg.backoffBase
-	for i := 1; i < n && d < t.cfg.backoffCap; i++ {
-		d *= 2
-	}
-	return t.jitter(min(d, t.cfg.backoffCap))
-}
-
-// fullJitter returns a uniformly random duration in [0, d].
-func fullJitter(d time.Duration) time.Duration { return rand.N(d + 1) }
-
 // peek reads up to maxPeek bytes of resp's body and puts them back in front
 // of the rest, so that the caller still gets the whole body.
 func peek(resp *http.Response) ([]byte, error) {
@@ -139,20 +125,4 @@ type peekedBody struct {
 func discard(resp *http.Response) {
 	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
 	_ = resp.Body.Close()
-}
-
-// sleep waits d or until ctx ends, whichever is first, and returns ctx's
-// error in the second case.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-tm.C:
-		return nil
-	}
 }

@@ -15,9 +15,8 @@ import (
 // Make one with New; the zero value is not usable. It is safe for
 // concurrent use.
 type Transport struct {
-	base   http.RoundTripper
-	cfg    config
-	jitter func(time.Duration) time.Duration // fullJitter; replaced in tests
+	base http.RoundTripper
+	cfg  config
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -33,7 +32,7 @@ func New(base http.RoundTripper, opts ...Option) (*Transport, error) {
 	if _, ok := base.(*Transport); ok {
 		return nil, badOption("base is already an *idemclient.Transport")
 	}
-	t := &Transport{base: base, cfg: defaultConfig(), jitter: fullJitter}
+	t := &Transport{base: base, cfg: defaultConfig()}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -96,19 +95,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !callers {
 		proto.Header.Set(t.cfg.keyHeader, key)
 	}
-	c := &call{t: t, ctx: ctx, proto: proto, key: key, body: b, start: time.Now()}
+	c := &call{t: t, ctx: ctx, proto: proto, key: key, body: b, retries: t.cfg.retry.Begin(ctx)}
 	return c.run()
 }
 
 // call is one logical request in progress.
 type call struct {
-	t     *Transport
-	ctx   context.Context
-	proto *http.Request // the caller's request cloned, with the key; never sent itself
-	key   string
-	body  body
-	start time.Time
-	spent int // attempts that count toward the limit: all but in-progress 409s
+	t       *Transport
+	ctx     context.Context
+	proto   *http.Request // the caller's request cloned, with the key; never sent itself
+	key     string
+	body    body
+	retries *Retries
 }
 
 // run is the retry loop: send, classify, then either return the answer or
@@ -141,16 +139,9 @@ func (c *call) run() (*http.Response, error) {
 			a.Err = err
 			retryable = retryableError(c.ctx, err)
 		}
-		if !inProgress {
-			c.spent++
-		}
-		if retryable {
-			a.Wait = c.wait(n, hint, inProgress)
-			if a.Retry = c.allowed(a.Wait); a.Retry {
-				next, a.Retry = c.nextBody()
-			}
-			if !a.Retry {
-				a.Wait = 0
+		if wait, ok := c.retries.Next(retryable, inProgress, hint); ok && c.body.get != nil {
+			if next, ok = c.nextBody(); ok {
+				a.Retry, a.Wait = true, wait
 			}
 		}
 		if h := c.t.cfg.onAttempt; h != nil {
@@ -162,7 +153,7 @@ func (c *call) run() (*http.Response, error) {
 		if resp != nil {
 			discard(resp)
 		}
-		if err := sleep(c.ctx, a.Wait); err != nil {
+		if err := c.retries.Wait(a.Wait); err != nil {
 			if next != nil {
 				next.Close()
 			}
@@ -195,37 +186,6 @@ func (c *call) classify(resp *http.Response, replayed bool) (retry, inProgress b
 		}
 	}
 	return retry, inProgress, hint, nil
-}
-
-// wait returns the wait before retry n: Retry-After up to its cap, else
-// the backoff. In-progress polls, which the attempt limit does not bound,
-// are at least the backoff base apart.
-func (c *call) wait(n int, hint time.Duration, inProgress bool) time.Duration {
-	if hint < 0 {
-		return c.t.backoff(n)
-	}
-	d := min(hint, c.t.cfg.retryAfterCap)
-	if inProgress {
-		d = max(d, c.t.cfg.backoffBase)
-	}
-	return d
-}
-
-// allowed reports whether another attempt may follow after wait: the body
-// can be replayed, and neither the attempt limit, the budget nor the
-// context's deadline would be passed.
-func (c *call) allowed(wait time.Duration) bool {
-	if c.body.get == nil || c.spent >= c.t.cfg.maxAttempts || c.ctx.Err() != nil {
-		return false
-	}
-	at := time.Now().Add(wait)
-	if at.Sub(c.start) > c.t.cfg.budget {
-		return false
-	}
-	if dl, ok := c.ctx.Deadline(); ok && !at.Before(dl) {
-		return false
-	}
-	return true
 }
 
 // nextBody returns the body of the next attempt; ok is false when it

@@ -149,7 +149,7 @@ func TestJitter(t *testing.T) {
 	for n := 1; n <= 10; n++ {
 		limit := min(DefaultBackoffBase<<(n-1), DefaultBackoffCap)
 		for range 100 {
-			if d := tr.backoff(n); d < 0 || d > limit {
+			if d := tr.cfg.retry.backoff(n); d < 0 || d > limit {
 				t.Fatalf("backoff(%d) = %v, want 0 to %v", n, d, limit)
 			}
 		}
@@ -628,7 +628,7 @@ func TestOptions(t *testing.T) {
 		}
 	}
 	tr, err := New(nil, nil, WithMaxAttempts(2), nil)
-	if err != nil || tr.cfg.maxAttempts != 2 {
+	if err != nil || tr.cfg.retry.maxAttempts != 2 {
 		t.Errorf("nil options: %v", err)
 	}
 	if _, err := New(tr); !errors.Is(err, ErrBadOption) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
+	idem "github.com/idemkit/idem/core"
 	"google.golang.org/grpc"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -87,7 +88,7 @@ func BenchmarkLoopback(b *testing.B) {
 		_ = grpc.SetHeader(ctx, metadata.Pairs("x-order", "42"))
 		return benchResp, nil
 	}
-	skipAll := []idemgrpc.Option{idemgrpc.ForMethod("*", idemgrpc.Skip())}
+	skipAll := []idemgrpc.Option{idemgrpc.ForMethod("*", idem.Skip())}
 	bare := testpb.NewTestServiceClient(dial(b, serve(b, newEngine(b, newMemoryStore(b)), svc, skipAll)))
 	protected := testpb.NewTestServiceClient(dial(b, serve(b, newEngine(b, newMemoryStore(b)), svc, nil)))
 	ctx := b.Context()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
+	idemclient "github.com/idemkit/idem/client"
 	idem "github.com/idemkit/idem/core"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -104,7 +105,7 @@ func TestClientRetries(t *testing.T) {
 				}
 				return nil, nil
 			}}
-			if _, err := f.run(t, t.Context(), idemgrpc.WithRetryDelayCap(3*time.Second)); err != nil {
+			if _, err := f.run(t, t.Context(), idemgrpc.WithRetry(idemclient.WithRetryAfterCap(3*time.Second))); err != nil {
 				t.Fatal(err)
 			}
 			if f.at[1] != 2*time.Second || f.at[2] != 5*time.Second {
@@ -121,19 +122,19 @@ func TestClientRetries(t *testing.T) {
 				}
 				return replay, nil
 			}}
-			r, err := f.run(t, t.Context(), idemgrpc.WithMaxAttempts(2))
+			r, err := f.run(t, t.Context(), idemgrpc.WithRetry(idemclient.WithMaxAttempts(2)))
 			if err != nil || r.Attempts != 7 || !r.Replayed {
 				t.Fatalf("%v %+v, want the replay on attempt 7", err, r)
 			}
-			if f.at[6] != 6*idemgrpc.DefaultBackoffBase {
-				t.Errorf("7th attempt at %v, want %v", f.at[6], 6*idemgrpc.DefaultBackoffBase)
+			if f.at[6] != 6*idemclient.DefaultBackoffBase {
+				t.Errorf("7th attempt at %v, want %v", f.at[6], 6*idemclient.DefaultBackoffBase)
 			}
 		})
 	})
 	t.Run("the attempt limit", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := &fake{answer: func(int) (metadata.MD, error) { return nil, unavailableErr(time.Second) }}
-			r, err := f.run(t, t.Context(), idemgrpc.WithMaxAttempts(3))
+			r, err := f.run(t, t.Context(), idemgrpc.WithRetry(idemclient.WithMaxAttempts(3)))
 			if status.Code(err) != codes.Unavailable || r.Attempts != 3 || len(f.at) != 3 {
 				t.Errorf("%v %+v after %d attempts, want Unavailable after 3", err, r, len(f.at))
 			}
@@ -144,7 +145,7 @@ func TestClientRetries(t *testing.T) {
 			f := &fake{answer: func(int) (metadata.MD, error) { return nil, unavailableErr(time.Second) }}
 			ctx, cancel := context.WithTimeout(t.Context(), 2500*time.Millisecond)
 			defer cancel()
-			r, err := f.run(t, ctx, idemgrpc.WithMaxAttempts(100))
+			r, err := f.run(t, ctx, idemgrpc.WithRetry(idemclient.WithMaxAttempts(100)))
 			// Attempts at 0s, 1s and 2s; the next would start at 3s, past the deadline.
 			if status.Code(err) != codes.Unavailable || r.Attempts != 3 || time.Since(f.start) != 2*time.Second {
 				t.Errorf("%v %+v, returned after %v; want Unavailable after 3 attempts, at 2s", err, r, time.Since(f.start))
@@ -154,7 +155,7 @@ func TestClientRetries(t *testing.T) {
 	t.Run("the budget", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := &fake{answer: func(int) (metadata.MD, error) { return nil, inFlightErr(time.Second) }}
-			r, err := f.run(t, t.Context(), idemgrpc.WithBudget(5*time.Second))
+			r, err := f.run(t, t.Context(), idemgrpc.WithRetry(idemclient.WithBudget(5*time.Second)))
 			if status.Code(err) != codes.Aborted || r.Attempts != 6 {
 				t.Errorf("%v %+v, want Aborted after 6 attempts (0s to 5s)", err, r)
 			}
@@ -254,17 +255,6 @@ func TestClientKeys(t *testing.T) {
 	})
 }
 
-func TestNewKey(t *testing.T) {
-	seen := map[string]bool{}
-	for range 100 {
-		k := idemgrpc.NewKey()
-		if len(k) != 36 || k[14] != '4' || !(k[19] == '8' || k[19] == '9' || k[19] == 'a' || k[19] == 'b') || seen[k] {
-			t.Fatalf("NewKey() = %q", k)
-		}
-		seen[k] = true
-	}
-}
-
 // The client interceptor against a real server: a retry that finds the
 // first call in flight waits for it and gets its replay.
 func TestClientThroughInFlight(t *testing.T) {
@@ -312,7 +302,7 @@ func TestClientThroughInFlight(t *testing.T) {
 func TestClientRetriesStoreFailure(t *testing.T) {
 	svc := &service{}
 	engine := newEngine(t, failingStore{}, idem.WithHeartbeat(0), idem.WithLease(200*time.Millisecond))
-	unary, err := idemgrpc.UnaryClientInterceptor(idemgrpc.WithMaxAttempts(3))
+	unary, err := idemgrpc.UnaryClientInterceptor(idemgrpc.WithRetry(idemclient.WithMaxAttempts(3)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +323,7 @@ func TestClientNoServer(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	unary, err := idemgrpc.UnaryClientInterceptor(idemgrpc.WithMaxAttempts(3), idemgrpc.WithBackoff(10*time.Millisecond, 50*time.Millisecond))
+	unary, err := idemgrpc.UnaryClientInterceptor(idemgrpc.WithRetry(idemclient.WithMaxAttempts(3), idemclient.WithBackoff(10*time.Millisecond, 50*time.Millisecond)))
 	if err != nil {
 		t.Fatal(err)
 	}

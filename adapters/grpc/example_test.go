@@ -10,6 +10,7 @@ import (
 	"time"
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
+	idemclient "github.com/idemkit/idem/client"
 	idem "github.com/idemkit/idem/core"
 	memstore "github.com/idemkit/idem/stores/memory"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -112,9 +113,9 @@ func ExampleUnaryServerInterceptor() {
 	serverIdem, err := idemgrpc.UnaryServerInterceptor(engine,
 		idemgrpc.WithNamespace(principal),
 		idemgrpc.WithKeyFunc(idemgrpc.FieldKey("request_id")),
-		idemgrpc.ForMethod("/grpc.health.v1.Health/*", idemgrpc.Skip()),
-		idemgrpc.ForMethod("/orders.v1.Orders/GetOrder", idemgrpc.Skip()),
-		idemgrpc.ForMethod("/orders.v1.Orders/Quote", idemgrpc.Optional(), idemgrpc.TTL(time.Hour)),
+		idemgrpc.ForMethod("/grpc.health.v1.Health/*", idem.Skip()),
+		idemgrpc.ForMethod("/orders.v1.Orders/GetOrder", idem.Skip()),
+		idemgrpc.ForMethod("/orders.v1.Orders/Quote", idem.Optional(), idem.TTL(time.Hour)),
 		idemgrpc.WithFinalCodes(codes.FailedPrecondition, codes.AlreadyExists),
 	)
 	if err != nil {
@@ -147,4 +148,24 @@ func ExampleErrorDomain() {
 	// Output:
 	// Aborted IDEMPOTENCY_KEY_IN_FLIGHT
 	// retry in 250ms
+}
+
+// The client's options: only the method that creates orders is protected,
+// and the retry policy is the HTTP client's (idemclient), here with four
+// attempts within ten seconds.
+func ExampleUnaryClientInterceptor() {
+	clientIdem, err := idemgrpc.UnaryClientInterceptor(
+		idemgrpc.WithMethods(func(m string) bool { return m == "/orders.v1.Orders/CreateOrder" }),
+		idemgrpc.WithRetry(idemclient.WithMaxAttempts(4), idemclient.WithBudget(10*time.Second)),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := grpc.NewClient("orders.internal:443",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(clientIdem))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
 }

@@ -16,6 +16,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/idemkit/idem/client v0.1.0
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -33,3 +34,5 @@ replace (
 	github.com/idemkit/idem/stores/pgx => ../../stores/pgx
 	github.com/idemkit/idem/stores/redis => ../../stores/redis
 )
+
+replace github.com/idemkit/idem/client => ../../client

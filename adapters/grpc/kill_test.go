@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
+	idemclient "github.com/idemkit/idem/client"
 	idem "github.com/idemkit/idem/core"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -101,7 +102,7 @@ func TestKilledClientRetried(t *testing.T) {
 					return &testpb.SimpleResponse{Username: fmt.Sprintf("charge-%d", n)}, nil
 				}
 				addr := serve(t, newEngine(t, newStore(t)), svc, nil)
-				key := idemgrpc.NewKey()
+				key := idemclient.NewKey()
 				helper := startHelper(t, addr, key)
 				select {
 				case <-started:

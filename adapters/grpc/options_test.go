@@ -6,6 +6,7 @@ import (
 	"time"
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
+	idemclient "github.com/idemkit/idem/client"
 	idem "github.com/idemkit/idem/core"
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -29,12 +30,20 @@ func TestBadOptions(t *testing.T) {
 		"an empty pattern":        idemgrpc.ForMethod(""),
 		"a type for a service":    idemgrpc.WithResponseType("/a/*", &testpb.Empty{}),
 		"a nil type":              idemgrpc.WithResponseType(unaryCall, nil),
-		"a negative TTL":          idemgrpc.ForMethod(unaryCall, idemgrpc.TTL(-time.Hour)),
-		"a zero TTL":              idemgrpc.ForMethod("*", idemgrpc.TTL(0)),
-		"a method not in service": idemgrpc.ForMethod("/grpc.testing.TestService/UnaryCal", idemgrpc.Skip()),
+		"idem.ForRoute":           idemgrpc.ForMethod("*", idem.ForRoute(idemgrpc.Kind, unaryCall, idem.Skip())),
+		"a method not in service": idemgrpc.ForMethod("/grpc.testing.TestService/UnaryCal", idem.Skip()),
 	} {
 		_, err := idemgrpc.UnaryServerInterceptor(engine, opt)
 		if !errors.Is(err, idemgrpc.ErrBadOption) || !errors.Is(err, idem.ErrBadOption) {
+			t.Errorf("%s: %v, want ErrBadOption", name, err)
+		}
+	}
+	// A method's options under its skipped service would never apply.
+	for name, opts := range map[string][]idemgrpc.Option{
+		"a method of a skipped service": {idemgrpc.ForMethod("/grpc.testing.TestService/*", idem.Skip()), idemgrpc.ForMethod(unaryCall, idem.Required())},
+		"a service under a skipped *":   {idemgrpc.ForMethod("*", idem.Skip()), idemgrpc.ForMethod("/a.B/*", idem.TTL(time.Hour))},
+	} {
+		if _, err := idemgrpc.UnaryServerInterceptor(engine, opts...); !errors.Is(err, idemgrpc.ErrBadOption) {
 			t.Errorf("%s: %v, want ErrBadOption", name, err)
 		}
 	}
@@ -43,16 +52,35 @@ func TestBadOptions(t *testing.T) {
 	}
 	for name, opt := range map[string]idemgrpc.ClientOption{
 		"bad key name":       idemgrpc.WithKeyMetadata("a/b"),
-		"no attempts":        idemgrpc.WithMaxAttempts(0),
-		"zero backoff":       idemgrpc.WithBackoff(0, time.Second),
-		"cap below the base": idemgrpc.WithBackoff(time.Second, time.Millisecond),
-		"zero budget":        idemgrpc.WithBudget(0),
-		"zero delay cap":     idemgrpc.WithRetryDelayCap(0),
+		"no attempts":        idemgrpc.WithRetry(idemclient.WithMaxAttempts(0)),
+		"zero backoff":       idemgrpc.WithRetry(idemclient.WithBackoff(0, time.Second)),
+		"cap below the base": idemgrpc.WithRetry(idemclient.WithBackoff(time.Second, time.Millisecond)),
+		"zero budget":        idemgrpc.WithRetry(idemclient.WithBudget(0)),
+		"zero delay cap":     idemgrpc.WithRetry(idemclient.WithRetryAfterCap(0)),
+		"an HTTP option":     idemgrpc.WithRetry(idemclient.WithKeyHeader("X-Key")),
 		"nil method filter":  idemgrpc.WithMethods(nil),
 	} {
-		if _, err := idemgrpc.UnaryClientInterceptor(opt); !errors.Is(err, idemgrpc.ErrBadOption) {
+		if _, err := idemgrpc.UnaryClientInterceptor(opt); !errors.Is(err, idemgrpc.ErrBadOption) || !errors.Is(err, idem.ErrBadOption) {
 			t.Errorf("%s: %v, want ErrBadOption", name, err)
 		}
+	}
+	if _, err := idemgrpc.UnaryClientInterceptor(idemgrpc.WithRetry(idemclient.WithMaxAttempts(0))); !errors.Is(err, idemclient.ErrBadOption) {
+		t.Errorf("WithRetry: %v, want the idemclient.ErrBadOption it wraps", err)
+	}
+}
+
+// A bad TTL is refused where it is written: idem.TTL panics with an error
+// wrapping idem.ErrBadOption, for gRPC as for HTTP.
+func TestBadTTL(t *testing.T) {
+	for _, d := range []time.Duration{-time.Hour, 0, idem.MaxLifetime + 1} {
+		func() {
+			defer func() {
+				if err, _ := recover().(error); !errors.Is(err, idem.ErrBadOption) {
+					t.Errorf("TTL(%v) panicked with %v, want idem.ErrBadOption", d, err)
+				}
+			}()
+			idemgrpc.ForMethod("*", idem.TTL(d))
+		}()
 	}
 }
 
@@ -62,14 +90,14 @@ func TestGoodOptions(t *testing.T) {
 		idemgrpc.WithKeyMetadata("X-Request-ID"),
 		idemgrpc.WithReplayMetadata("x-replayed"),
 		idemgrpc.WithFinalCodes(codes.InvalidArgument, codes.Unauthenticated),
-		idemgrpc.ForMethod("*", idemgrpc.Optional(), nil),
-		idemgrpc.ForMethod("/a.B/*", idemgrpc.TTL(time.Hour)),
-		idemgrpc.ForMethod("/a.B/C", idemgrpc.Skip()),
+		idemgrpc.ForMethod("*", idem.Optional(), nil),
+		idemgrpc.ForMethod("/a.B/*", idem.TTL(time.Hour)),
+		idemgrpc.ForMethod("/a.B/C", idem.Skip()),
 		idemgrpc.WithResponseType("/a.B/C", &testpb.Empty{}),
 	); err != nil {
 		t.Errorf("server: %v", err)
 	}
-	if _, err := idemgrpc.UnaryClientInterceptor(nil, idemgrpc.WithKeyMetadata("x-request-id"), idemgrpc.WithBackoff(time.Second, time.Second)); err != nil {
+	if _, err := idemgrpc.UnaryClientInterceptor(nil, idemgrpc.WithKeyMetadata("x-request-id"), idemgrpc.WithRetry(idemclient.WithBackoff(time.Second, time.Second))); err != nil {
 		t.Errorf("client: %v", err)
 	}
 }

@@ -2,8 +2,13 @@ package idemgrpc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
 
 	idem "github.com/idemkit/idem/core"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -14,253 +19,166 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Kind is the Op.Kind of every call the server interceptor runs through
-// Engine.Do; Op.Name is the call's full method name.
-const Kind = "grpc"
-
 // UnaryServerInterceptor returns an interceptor that runs each protected
-// unary call at most once per key through engine.Do and replays its
-// answer (response, header and trailer metadata) to every retry, with
-// idempotency-replayed: true in the header. The key comes from the
-// idempotency-key metadata or WithKeyFunc. It returns an error wrapping
-// ErrBadOption for a bad option. Chain a recovery interceptor outside it:
-// a panic releases the key and goes on. The package documentation has
-// the status table.
-//
-//	idemUnary, err := idemgrpc.UnaryServerInterceptor(engine, idemgrpc.WithNamespace(principal))
-//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recovery, idemUnary))
+// unary call at most once per key (Engine.Start) and replays its answer
+// (response, header and trailer metadata) to every retry. It returns an
+// error wrapping ErrBadOption for a bad option. Chain a recovery
+// interceptor outside it: a panic releases the key and goes on.
 func UnaryServerInterceptor(engine *idem.Engine, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	if engine == nil {
 		return nil, badOption("nil engine")
 	}
-	cfg := defaultServerConfig()
+	s := &serverConfig{
+		names:     names{DefaultKeyMetadata, DefaultReplayMetadata},
+		namespace: func(context.Context) string { return "" },
+		patterns:  map[string][]idem.RouteOption{"": nil},
+		types:     map[string]protoreflect.MessageType{},
+		engine:    engine,
+		routes:    map[string]idem.Route{},
+	}
 	for _, o := range opts {
 		if o == nil {
 			continue
 		}
-		if err := o.applyServer(&cfg); err != nil {
+		if err := o.applyServer(s); err != nil {
 			return nil, err
 		}
 	}
-	s := &server{
-		engine:   engine,
-		cfg:      cfg,
-		def:      resolve(cfg.base),
-		services: make(map[string]policy, len(cfg.services)),
-		methods:  make(map[string]policy, len(cfg.methods)),
-		types:    responseTypes{fixed: cfg.types},
+	for p := range s.patterns { // each on top of its service's, on top of every method's
+		var opts []idem.RouteOption
+		for _, q := range slices.Compact([]string{"", p[:strings.LastIndexByte(p, '/')+1], p}) {
+			if len(opts) > 0 && len(s.patterns[q]) > 0 && engine.Policy(opts...).Route(Kind, q).Skip {
+				return nil, badOption("ForMethod options for %s come under a skipping pattern: idem.Skip cannot be undone; skip the other methods one by one", q)
+			}
+			opts = append(opts, s.patterns[q]...)
+		}
+		s.routes[p] = engine.Policy(opts...).Route(Kind, p)
 	}
-	for name, o := range cfg.services {
-		s.services[name] = resolve(cfg.base, o)
-	}
-	for full, o := range cfg.methods {
-		service, _, _ := splitMethod(full)
-		s.methods[full] = resolve(cfg.base, cfg.services[service], o)
-	}
-	where := fmt.Sprintf("the %q metadata", cfg.keyMD)
-	if cfg.keyFunc != nil {
+	where := fmt.Sprintf("the %q metadata", s.keyMD)
+	if s.keyFunc != nil {
 		where = "the request message or " + where
 	}
 	s.missing = withInfo(codes.InvalidArgument, "idemgrpc: missing idempotency key: send one in "+where, ReasonMissingKey)
 	return s.intercept, nil
 }
 
-// resolve applies lists of options, in order, to the default policy.
-func resolve(lists ...[]MethodOption) policy {
-	var p policy
-	for _, l := range lists {
-		for _, o := range l {
-			if o != nil {
-				o(&p)
-			}
-		}
-	}
-	return p
-}
-
-type server struct {
-	engine   *idem.Engine
-	cfg      serverConfig
-	def      policy
-	services map[string]policy // by service name
-	methods  map[string]policy // by full method
-	types    responseTypes
-	missing  error
-}
-
-// policy returns the policy of a full method.
-func (s *server) policy(fullMethod string) policy {
-	if p, ok := s.methods[fullMethod]; ok {
-		return p
-	}
-	if len(s.services) > 0 {
-		if service, _, ok := splitMethod(fullMethod); ok {
-			if p, ok := s.services[service]; ok {
-				return p
-			}
-		}
-	}
-	return s.def
-}
-
-// released carries a handler's error out of Engine.Do so that the key is
-// released. It has no Unwrap: an idem.FinalError inside must not make Do
-// store the error's text.
-type released struct{ err error }
-
-func (r released) Error() string { return r.err.Error() }
-
-func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (s *serverConfig) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := info.FullMethod
-	p := s.policy(method)
-	named := idem.Op{Kind: Kind, Name: method} // for the events of calls Do does not run
-	if p.mode == skip {
-		_ = s.engine.Report(ctx, named, idem.OutcomeSkipped)
-		return handler(ctx, req)
+	r, ok := s.routes[method]
+	if !ok {
+		if r, ok = s.routes[method[:strings.LastIndexByte(method, '/')+1]]; !ok {
+			r = s.routes[""]
+		}
 	}
-	key, err := s.key(ctx, method, req)
+	key, err := "", error(nil)
+	if s.keyFunc != nil && !r.Skip {
+		key = s.keyFunc(ctx, method, req)
+	}
+	if key == "" && !r.Skip {
+		if vals := metadata.ValueFromIncomingContext(ctx, s.keyMD); len(vals) > 0 {
+			key, err = idem.ParseKey(vals)
+		}
+	}
+	named := idem.Op{Kind: Kind, Name: method} // for the events of calls Start does not see
 	switch {
 	case err != nil:
 		_ = s.engine.Report(ctx, named, idem.OutcomeInvalidKey)
 		return nil, withInfo(codes.InvalidArgument, err.Error(), ReasonInvalidKey)
-	case key == "" && p.mode == optional:
+	case key == "" && (r.Skip || !r.Required):
 		_ = s.engine.Report(ctx, named, idem.OutcomeSkipped)
 		return handler(ctx, req)
 	case key == "":
 		_ = s.engine.Report(ctx, named, idem.OutcomeMissingKey)
 		return nil, s.missing
 	}
-	pm, ok := req.(proto.Message)
-	if !ok {
-		return nil, status.Errorf(codes.Internal, "idemgrpc: %s: the request, a %T, is not a proto message", method, req)
-	}
+	pm, _ := req.(proto.Message)
 	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(pm)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "idemgrpc: %s: encoding the request for its fingerprint: %v", method, err)
+	if pm == nil || err != nil {
+		return nil, status.Errorf(codes.Internal, "idemgrpc: %s: encoding the request, a %T, for its fingerprint: %v", method, req, err)
 	}
-	op := idem.Op{
-		Namespace:   s.cfg.namespace(ctx),
-		Kind:        Kind,
-		Name:        method,
-		Key:         key,
-		Fingerprint: idem.Fingerprint(Kind, method, body),
-		Retention:   p.retention,
-	}
-
-	// What the handler answered, when it ran here.
-	var (
-		resp     any
-		appErr   error
-		hdr, trl metadata.MD
-	)
-	value, replayed, err := s.engine.Do(ctx, op, func(ctx context.Context) ([]byte, error) {
-		c := &capture{method: method}
-		resp, appErr = handler(grpc.NewContextWithServerTransportStream(ctx, c), req)
-		hdr, trl = c.close()
-		return s.settle(method, resp, appErr, hdr, trl)
-	})
-	var rel released
+	call, stored, err := s.engine.Start(ctx, idem.Op{Namespace: s.namespace(ctx), Kind: Kind, Name: method,
+		Key: key, Fingerprint: idem.Fingerprint(Kind, method, body), Retention: r.Retention})
 	switch {
-	case errors.As(err, &rel):
-		forward(ctx, hdr, trl)
-		return nil, rel.err
 	case err != nil:
-		return nil, s.lifecycleError(err)
-	case replayed:
-		return s.replay(ctx, method, value)
+		return nil, lifecycleError(err)
+	case stored != nil:
+		return s.replay(ctx, method, stored)
 	}
-	forward(ctx, hdr, trl)
-	if appErr != nil {
-		return nil, appErr
+	defer call.Release() // unless completed: a panic, or an error to release the key for
+	c := &capture{method: method}
+	resp, appErr := handler(grpc.NewContextWithServerTransportStream(call.Context(ctx), c), req)
+	env, err := s.settle(method, resp, appErr, c.close())
+	if err == nil { // status 200 marks a value, as Engine.Do stores one
+		if err := call.Complete(idem.Response{Status: http.StatusOK, Body: env.marshal()}); err != nil {
+			return nil, lifecycleError(err)
+		}
+		err = appErr
+	}
+	forward(ctx, env.header, env.trailer)
+	if err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
 
-// key returns the call's key: from the key function, else from the
-// metadata; "" when there is none.
-func (s *server) key(ctx context.Context, method string, req any) (string, error) {
-	if s.cfg.keyFunc != nil {
-		if k := s.cfg.keyFunc(ctx, method, req); k != "" {
-			return k, nil
-		}
-	}
-	vals := metadata.ValueFromIncomingContext(ctx, s.cfg.keyMD)
-	if len(vals) == 0 {
-		return "", nil
-	}
-	return idem.ParseKey(vals)
-}
-
-// settle decides what becomes of a handler's answer: the envelope to
-// store, or a released error that frees the key.
-func (s *server) settle(method string, resp any, appErr error, hdr, trl metadata.MD) ([]byte, error) {
-	env := envelope{header: hdr, trailer: trl}
+// settle puts the answer to store in env, or returns the error to answer
+// with once the key is released: the handler's, if its code is not final.
+func (s *serverConfig) settle(method string, resp any, appErr error, env envelope) (envelope, error) {
+	m, _ := resp.(proto.Message)
+	env.kind = kindMessage
 	if appErr != nil {
-		st := appStatus(appErr)
-		if !s.cfg.final[st.Code()] {
-			return nil, released{appErr}
+		st, ok := status.FromError(appErr)
+		if !ok {
+			st = status.FromContextError(appErr) // as grpc sends it: Canceled, DeadlineExceeded or Unknown
 		}
-		b, err := proto.Marshal(st.Proto())
-		if err != nil {
-			return nil, released{status.Errorf(codes.Internal, "idemgrpc: %s: encoding the final status: %v", method, err)}
+		if !s.final[st.Code()] {
+			return env, appErr
 		}
-		env.kind, env.payload = kindStatus, b
-		return env.marshal(), nil
-	}
-	m, ok := resp.(proto.Message)
-	if !ok {
-		return nil, released{status.Errorf(codes.Internal, "idemgrpc: %s: the response, a %T, is not a proto message", method, resp)}
+		env.kind, m = kindStatus, st.Proto()
 	}
 	b, err := proto.Marshal(m)
-	if err != nil {
-		return nil, released{status.Errorf(codes.Internal, "idemgrpc: %s: encoding the response: %v", method, err)}
+	if m == nil || err != nil {
+		return env, status.Errorf(codes.Internal, "idemgrpc: %s: encoding the answer, a %T: %v", method, resp, err)
 	}
-	env.kind, env.typeName, env.payload = kindMessage, string(m.ProtoReflect().Descriptor().FullName()), b
-	return env.marshal(), nil
-}
-
-// appStatus is the status grpc sends for a handler's error: its own, or
-// Canceled or DeadlineExceeded for a context's error, or Unknown.
-func appStatus(err error) *status.Status {
-	if st, ok := status.FromError(err); ok {
-		return st
-	}
-	return status.FromContextError(err)
+	env.typeName, env.payload = string(m.ProtoReflect().Descriptor().FullName()), b
+	return env, nil
 }
 
 // replay answers from a stored envelope.
-func (s *server) replay(ctx context.Context, method string, value []byte) (any, error) {
-	env, err := unmarshalEnvelope(value)
+func (s *serverConfig) replay(ctx context.Context, method string, stored *idem.Response) (any, error) {
+	if stored.BodyOmitted {
+		return nil, lifecycleError(idem.ErrResultOmitted)
+	}
+	env, err := unmarshalEnvelope(stored.Body)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "idemgrpc: replaying %s: %v", method, err)
 	}
-	hdr := env.header
-	hdr.Set(s.cfg.replayMD, "true")
-	forward(ctx, hdr, env.trailer)
+	env.header.Set(s.replayMD, "true")
+	forward(ctx, env.header, env.trailer)
+	t, ok := s.types[method]
 	if env.kind == kindStatus {
-		var sp spb.Status
-		if err := proto.Unmarshal(env.payload, &sp); err != nil {
-			return nil, status.Errorf(codes.Internal, "idemgrpc: replaying %s: decoding the stored status: %v", method, err)
+		t = (*spb.Status)(nil).ProtoReflect().Type()
+	} else if !ok {
+		if t, err = protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(env.typeName)); err != nil {
+			return nil, status.Errorf(codes.Internal, "idemgrpc: replaying %s: no response type: the stored message %q: %v; give one with WithResponseType", method, env.typeName, err)
 		}
-		return nil, status.ErrorProto(&sp)
-	}
-	t, err := s.types.find(method, env.typeName)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
 	}
 	m := t.New().Interface()
 	if err := proto.Unmarshal(env.payload, m); err != nil {
 		return nil, status.Errorf(codes.Internal, "idemgrpc: replaying %s: decoding the stored %s: %v", method, t.Descriptor().FullName(), err)
 	}
+	if sp, ok := m.(*spb.Status); ok && env.kind == kindStatus {
+		return nil, status.ErrorProto(sp)
+	}
 	return m, nil
 }
 
-// forward hands metadata to the call's real stream. It fails only when an
-// interceptor outside already sent the header, as the handler's own
-// SetHeader would have; the answer goes out regardless.
+// forward hands metadata to the call's real stream, if it takes it.
 func forward(ctx context.Context, hdr, trl metadata.MD) {
 	if hdr.Len() > 0 {
 		_ = grpc.SetHeader(ctx, hdr)
@@ -270,41 +188,122 @@ func forward(ctx context.Context, hdr, trl metadata.MD) {
 	}
 }
 
-// lifecycleError maps an error of Engine.Do's own to a status. The
-// store's error stays in the engine's event; the client is told only
-// what it can act on.
-func (s *server) lifecycleError(err error) error {
+// lifecycleError maps an error of Engine.Start or Call.Complete to a status.
+func lifecycleError(err error) error {
 	var re *idem.RetryError
-	hasHint := errors.As(err, &re)
+	hint := errors.As(err, &re)
 	switch {
 	case errors.Is(err, idem.ErrInvalidKey):
 		return withInfo(codes.InvalidArgument, err.Error(), ReasonInvalidKey)
-	case errors.Is(err, idem.ErrInFlight) && hasHint:
-		return withInfo(codes.Aborted, fmt.Sprintf("idemgrpc: a call with this idempotency key is in flight; retry with the same key in %v", re.After),
-			ReasonInFlight, &errdetails.RetryInfo{RetryDelay: durationpb.New(re.After)})
+	case errors.Is(err, idem.ErrInFlight) && hint:
+		return withInfo(codes.Aborted, fmt.Sprintf("idemgrpc: a call with this idempotency key is in flight; retry with the same key in %v", re.After), ReasonInFlight, &errdetails.RetryInfo{RetryDelay: durationpb.New(re.After)})
 	case errors.Is(err, idem.ErrMismatch):
 		return withInfo(codes.FailedPrecondition, "idemgrpc: the idempotency key was already used with a different request", ReasonMismatch)
 	case errors.Is(err, idem.ErrResultOmitted):
-		// The call ran once; what it answered was too large to keep.
 		return withInfo(codes.DataLoss, "idemgrpc: a call with this idempotency key already ran, but its response was too large to keep and cannot be replayed", ReasonNotKept)
 	case errors.Is(err, idem.ErrNamespaceRequired):
 		return withInfo(codes.PermissionDenied, "idemgrpc: the call carries no client identity to scope its idempotency key", ReasonNoNamespace)
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
-	case errors.Is(err, idem.ErrStoreFailure) && hasHint:
-		return withInfo(codes.Unavailable, fmt.Sprintf("idemgrpc: the idempotency store is unavailable; retry with the same key in %v", re.After),
-			ReasonStoreFailure, &errdetails.RetryInfo{RetryDelay: durationpb.New(re.After)})
+	case errors.Is(err, idem.ErrStoreFailure) && hint:
+		return withInfo(codes.Unavailable, fmt.Sprintf("idemgrpc: the idempotency store is unavailable; retry with the same key in %v", re.After), ReasonStoreFailure, &errdetails.RetryInfo{RetryDelay: durationpb.New(re.After)})
 	}
 	return status.Errorf(codes.Internal, "idemgrpc: %v", err)
 }
 
-// withInfo returns a status error with an ErrorInfo of ErrorDomain and
-// reason, then more details.
+// withInfo returns a status error with an ErrorInfo, then more details.
 func withInfo(code codes.Code, msg, reason string, more ...protoadapt.MessageV1) error {
-	st := status.New(code, msg)
-	withDetails, err := st.WithDetails(append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}}, more...)...)
+	st, err := status.New(code, msg).WithDetails(append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}}, more...)...)
 	if err != nil {
-		return st.Err() // cannot happen: the details are valid messages
+		return status.Error(code, msg) // cannot happen: the details are valid messages
 	}
-	return withDetails.Err()
+	return st.Err()
+}
+
+// capture is the grpc.ServerTransportStream a protected handler sees: it
+// keeps the metadata the handler sets, for the store and for the real
+// stream once the answer is settled. SendHeader sends nothing early.
+type capture struct {
+	method     string
+	mu         sync.Mutex
+	env        envelope // the header and trailer set so far
+	sent, done bool     // SendHeader was called (the header is fixed); the handler returned (all fail)
+}
+
+func (c *capture) Method() string                  { return c.method }
+func (c *capture) SetHeader(md metadata.MD) error  { return c.set("SetHeader", &c.env.header, md) }
+func (c *capture) SendHeader(md metadata.MD) error { return c.set("SendHeader", &c.env.header, md) }
+func (c *capture) SetTrailer(md metadata.MD) error { return c.set("SetTrailer", &c.env.trailer, md) }
+
+func (c *capture) set(name string, dst *metadata.MD, md metadata.MD) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done || c.sent && dst == &c.env.header {
+		return status.Errorf(codes.Internal, "idemgrpc: %s after the header was sent or the handler returned", name)
+	}
+	if *dst == nil && md.Len() > 0 {
+		*dst = make(metadata.MD, md.Len())
+	}
+	for k, vs := range md {
+		dst.Append(k, vs...) // copies the values
+	}
+	c.sent = c.sent || name == "SendHeader"
+	return nil
+}
+
+// close ends the capture: the handler's goroutines can set nothing more.
+func (c *capture) close() envelope {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = true
+	return c.env
+}
+
+// The envelope is the Body of the idem.Response stored for an answered
+// call: the version (1), the kind (1 a response, 2 a status), and four
+// chunks, each a uvarint length and that many bytes: the message's full
+// name (google.rpc.Status for a status; "" before), its wire bytes, and
+// the header and trailer metadata in idem's header wire format.
+type envelope struct {
+	kind            byte
+	typeName        string
+	payload         []byte
+	header, trailer metadata.MD
+}
+
+const envelopeVersion, kindMessage, kindStatus = 1, 1, 2
+
+var errEnvelope = errors.New("idemgrpc: the stored answer is not one this package wrote")
+
+func (e *envelope) marshal() []byte {
+	hdr, trl := idem.AppendHeader(nil, http.Header(e.header)), idem.AppendHeader(nil, http.Header(e.trailer))
+	b := append(make([]byte, 0, 2+4*binary.MaxVarintLen64+len(e.typeName)+len(e.payload)+len(hdr)+len(trl)), envelopeVersion, e.kind)
+	for _, c := range [][]byte{[]byte(e.typeName), e.payload, hdr, trl} {
+		b = append(binary.AppendUvarint(b, uint64(len(c))), c...)
+	}
+	return b
+}
+
+func unmarshalEnvelope(b []byte) (*envelope, error) {
+	if len(b) < 2 || b[0] != envelopeVersion || b[1] != kindMessage && b[1] != kindStatus {
+		return nil, fmt.Errorf("%w: unknown version or kind", errEnvelope)
+	}
+	var chunks [4][]byte
+	rest := b[2:]
+	for i := range chunks {
+		n, w := binary.Uvarint(rest)
+		if w <= 0 || n > uint64(len(rest)-w) {
+			return nil, fmt.Errorf("%w: chunk %d is truncated", errEnvelope, i+1)
+		}
+		chunks[i], rest = rest[w:w+int(n)], rest[w+int(n):]
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last chunk", errEnvelope, len(rest))
+	}
+	hdr, err := idem.ParseHeader(chunks[2])
+	trl, err2 := idem.ParseHeader(chunks[3])
+	if err := errors.Join(err, err2); err != nil {
+		return nil, fmt.Errorf("%w: %w", errEnvelope, err)
+	}
+	return &envelope{b[1], string(chunks[0]), chunks[1], metadata.MD(hdr), metadata.MD(trl)}, nil
 }

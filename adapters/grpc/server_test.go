@@ -314,7 +314,7 @@ func TestPanicReleases(t *testing.T) {
 
 func TestKeyRules(t *testing.T) {
 	svc := &service{}
-	opts := []idemgrpc.Option{idemgrpc.ForMethod(emptyCall, idemgrpc.Optional())}
+	opts := []idemgrpc.Option{idemgrpc.ForMethod(emptyCall, idem.Optional())}
 	c := testpb.NewTestServiceClient(dial(t, serve(t, newEngine(t, newMemoryStore(t)), svc, opts)))
 	ctx := t.Context()
 	for _, tc := range []struct {
@@ -359,10 +359,14 @@ func TestKeyRules(t *testing.T) {
 
 func TestMethodPolicies(t *testing.T) {
 	svc := &service{}
+	// Each level goes on top of the one before: UnaryCall is required by
+	// its service over "*", EmptyCall skipped by its own pattern. (Skip is
+	// the shared policy's, as in HTTP: nothing undoes it, and options under
+	// it are refused; see TestBadOptions.)
 	opts := []idemgrpc.Option{
-		idemgrpc.ForMethod("*", idemgrpc.Optional()),
-		idemgrpc.ForMethod("/grpc.testing.TestService/*", idemgrpc.Skip()),
-		idemgrpc.ForMethod(unaryCall, idemgrpc.Required()),
+		idemgrpc.ForMethod("*", idem.Optional()),
+		idemgrpc.ForMethod("/grpc.testing.TestService/*", idem.Required(), idem.TTL(time.Hour)),
+		idemgrpc.ForMethod(emptyCall, idem.Skip()),
 	}
 	var mu sync.Mutex
 	var outcomes []string
@@ -379,7 +383,7 @@ func TestMethodPolicies(t *testing.T) {
 	if _, _, _, err := call(metadata.AppendToOutgoingContext(ctx, "idempotency-key", "a b"), c, request("x")); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("UnaryCall with a bad key: %v", err)
 	}
-	// EmptyCall is skipped with its service: even a bad key passes.
+	// EmptyCall is skipped: even a bad key passes.
 	if _, err := c.EmptyCall(metadata.AppendToOutgoingContext(ctx, "idempotency-key", "a b"), &testpb.Empty{}); err != nil {
 		t.Errorf("EmptyCall, skipped: %v", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
+	idemclient "github.com/idemkit/idem/client"
 	"github.com/idemkit/idem/examples/grpc/internal/ordersrpc"
 	"github.com/idemkit/idem/examples/internal/app"
 	"google.golang.org/grpc"
@@ -78,7 +79,7 @@ func parse() flags {
 		os.Exit(2)
 	}
 	if f.key == "" {
-		f.key = idemgrpc.NewKey()
+		f.key = idemclient.NewKey()
 	}
 	f.log.Install()
 	return f
@@ -88,6 +89,8 @@ func main() {
 	f := parse()
 	retrying, err := idemgrpc.UnaryClientInterceptor(
 		idemgrpc.WithMethods(func(m string) bool { return m == ordersrpc.CreateOrder }),
+		// The retry policy and its options are the HTTP client's (idemclient).
+		idemgrpc.WithRetry(idemclient.WithMaxAttempts(5), idemclient.WithBudget(f.timeout)),
 	)
 	if err != nil {
 		app.Fatal(err, false)

@@ -111,7 +111,7 @@ func main() {
 		app.Fatal(err, false)
 	}
 	protect, err := idemgrpc.UnaryServerInterceptor(engine,
-		idemgrpc.ForMethod(ordersrpc.ListOrders, idemgrpc.Skip()), // a read
+		idemgrpc.ForMethod(ordersrpc.ListOrders, idem.Skip()), // a read
 		idemgrpc.WithResponseType(ordersrpc.CreateOrder, &structpb.Struct{}),
 	)
 	if err != nil {

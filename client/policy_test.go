@@ -1,0 +1,124 @@
+package idemclient
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestNewRetryPolicy(t *testing.T) {
+	for name, o := range map[string]Option{
+		"WithMethods":         WithMethods("POST"),
+		"WithKeyHeader":       WithKeyHeader("X-Key"),
+		"WithReplayHeader":    WithReplayHeader("X-Replayed"),
+		"WithKeyFunc":         WithKeyFunc(func(*http.Request) string { return "" }),
+		"WithMaxBufferedBody": WithMaxBufferedBody(1),
+		"WithInProgress":      WithInProgress(InProgress),
+		"WithOnAttempt":       WithOnAttempt(func(Attempt) {}),
+		"a bad retry option":  WithMaxAttempts(0),
+	} {
+		if _, err := NewRetryPolicy(o); !errors.Is(err, ErrBadOption) {
+			t.Errorf("%s: %v, want ErrBadOption", name, err)
+		}
+	}
+	p, err := NewRetryPolicy(nil, WithMaxAttempts(2), WithBudget(time.Minute), WithBackoff(time.Second, 2*time.Second), WithRetryAfterCap(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RetryPolicy{maxAttempts: 2, budget: time.Minute, backoffBase: time.Second, backoffCap: 2 * time.Second, retryAfterCap: 3 * time.Second}
+	if p.jitter == nil || p.maxAttempts != want.maxAttempts || p.budget != want.budget || p.backoffBase != want.backoffBase ||
+		p.backoffCap != want.backoffCap || p.retryAfterCap != want.retryAfterCap {
+		t.Errorf("policy %+v, want %+v", *p, want)
+	}
+	if d, err := NewRetryPolicy(); err != nil || d.maxAttempts != DefaultMaxAttempts || d.budget != DefaultBudget {
+		t.Errorf("default policy %+v %v", d, err)
+	}
+}
+
+// TestRetriesNext runs one logical call's decisions; the jitter always
+// waits the longest backoff, so waits are exact.
+func TestRetriesNext(t *testing.T) {
+	type step struct {
+		retryable, inProgress bool
+		hint                  time.Duration
+		wait                  time.Duration
+		ok                    bool
+	}
+	for _, tc := range []struct {
+		name  string
+		opts  []Option
+		dl    time.Duration // the context's deadline, 0 for none
+		steps []step
+	}{
+		{"backoff doubles to its cap, then the limit", []Option{WithMaxAttempts(4), WithBackoff(time.Second, 3*time.Second)}, 0, []step{
+			{true, false, -1, time.Second, true},
+			{true, false, -1, 2 * time.Second, true},
+			{true, false, -1, 3 * time.Second, true},
+			{true, false, -1, 3 * time.Second, false},
+		}},
+		{"not retryable", nil, 0, []step{{false, false, time.Second, 0, false}}},
+		{"a hint up to its cap", []Option{WithRetryAfterCap(2 * time.Second)}, 0, []step{
+			{true, false, time.Second, time.Second, true},
+			{true, false, time.Hour, 2 * time.Second, true},
+			{true, false, 0, 0, true},
+		}},
+		{"in progress: the backoff base at least, not counted", []Option{WithMaxAttempts(1)}, 0, []step{
+			{true, true, 0, DefaultBackoffBase, true},
+			{true, true, time.Second, time.Second, true},
+			{true, false, 0, 0, false},
+		}},
+		{"the budget", []Option{WithBudget(5 * time.Second)}, 0, []step{
+			{true, false, 5 * time.Second, 5 * time.Second, true},
+			{true, false, 6 * time.Second, 6 * time.Second, false},
+		}},
+		{"the deadline", nil, 3 * time.Second, []step{
+			{true, false, 2 * time.Second, 2 * time.Second, true},
+			{true, false, 3 * time.Second, 3 * time.Second, false},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p, err := NewRetryPolicy(tc.opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.jitter = func(d time.Duration) time.Duration { return d }
+				ctx := t.Context()
+				if tc.dl > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.dl)
+					defer cancel()
+				}
+				r := p.Begin(ctx)
+				for i, s := range tc.steps {
+					wait, ok := r.Next(s.retryable, s.inProgress, s.hint)
+					if wait != s.wait || ok != s.ok {
+						t.Fatalf("step %d: Next = %v, %v; want %v, %v", i+1, wait, ok, s.wait, s.ok)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestRetriesWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := NewRetryPolicy()
+		ctx, cancel := context.WithCancel(t.Context())
+		r := p.Begin(ctx)
+		start := time.Now()
+		if err := r.Wait(time.Second); err != nil || time.Since(start) != time.Second {
+			t.Errorf("Wait(1s) = %v after %v", err, time.Since(start))
+		}
+		cancel()
+		if err := r.Wait(time.Second); !errors.Is(err, context.Canceled) {
+			t.Errorf("Wait after cancel = %v, want context.Canceled", err)
+		}
+		if err := r.Wait(0); !errors.Is(err, context.Canceled) {
+			t.Errorf("Wait(0) after cancel = %v, want context.Canceled", err)
+		}
+	})
+}
