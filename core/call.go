@@ -23,6 +23,7 @@ type Call struct {
 	failed bool // WithFailOpen: the store failed, and the operation runs unprotected
 	ended  bool
 	run    time.Time // when the operation started
+	do     bool      // Do's: keys stay per kind and name whatever WithGlobalKeys says
 }
 
 // Start claims op's key for an operation its caller runs, as Do does with
@@ -107,6 +108,9 @@ func (c *Call) admit(op Op) error {
 		return err
 	}
 	f.scope = Scope(op.Namespace, op.Kind, op.Name)
+	if e.cfg.globalKeys && !c.do {
+		f.scope = Scope(op.Namespace, "", "") // another operation: another fingerprint, ErrMismatch
+	}
 	f.key, f.rawFP, f.fp, f.token = op.Key, op.Fingerprint, e.keyFingerprint(op.Fingerprint), newToken()
 	f.retention = e.cfg.retention
 	if op.Retention > 0 {

@@ -252,3 +252,39 @@ func TestPolicyRoute(t *testing.T) {
 		}
 	}
 }
+
+func TestStartGlobalKeys(t *testing.T) {
+	e, _ := newEngine(t, newTestStore(), WithGlobalKeys())
+	c, _, err := e.Start(t.Context(), Op{Kind: "POST", Name: "/orders", Key: "k", Fingerprint: Fingerprint("POST", "/orders", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Finish(Response{Status: 201})
+	_, _, err = e.Start(t.Context(), Op{Kind: "POST", Name: "/refunds", Key: "k", Fingerprint: Fingerprint("POST", "/refunds", nil)})
+	if !errors.Is(err, ErrMismatch) {
+		t.Errorf("the key on another route: %v, want ErrMismatch", err)
+	}
+	// Do keeps its keys per kind and name.
+	if _, _, err := e.Do(t.Context(), Op{Kind: "nats", Name: "orders", Key: "k", Fingerprint: "x"}, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+		t.Errorf("Do with the key: %v", err)
+	}
+}
+
+func TestReplayForAndProblemType(t *testing.T) {
+	e, _ := newEngine(t, newTestStore(), WithProblemTypeBase("https://example.com/problems/"))
+	stored := &Response{Status: 200, Header: http.Header{"Content-Encoding": {"br"}}, Body: []byte("x")}
+	if got, err := e.ReplayFor(stored, []string{"br"}); err != nil || got != stored {
+		t.Errorf("accepted coding: %v %v", got, err)
+	}
+	_, err := e.ReplayFor(stored, []string{"gzip"})
+	p, ok := e.Problem(err)
+	if !errors.Is(err, ErrNotAcceptable) || !ok || p.Status != 406 || p.Type != "https://example.com/problems/not-acceptable" {
+		t.Errorf("unaccepted coding: %v, problem %+v", err, p)
+	}
+	if got := e.ProblemType("body-too-large"); got != "https://example.com/problems/body-too-large" {
+		t.Errorf("ProblemType %q", got)
+	}
+	if got := e.Policy(ForRoute("post", "/x", Skip())).Route("Post", "/x"); !got.Skip {
+		t.Error("Route is case-sensitive in the method, as ForRoute is not")
+	}
+}

@@ -116,7 +116,7 @@ const (
 //	op := idem.Op{Kind: "nats", Name: "orders", Key: msgID, Fingerprint: idem.Fingerprint("nats", "orders", data)}
 //	receipt, replayed, err := engine.Do(ctx, op, func(ctx context.Context) ([]byte, error) { return charge(ctx, data) })
 func (e *Engine) Do(ctx context.Context, op Op, fn func(context.Context) ([]byte, error)) (value []byte, replayed bool, err error) {
-	var c Call
+	c := Call{do: true}
 	resp, err := c.start(e, ctx, op)
 	if resp != nil || err != nil {
 		c.end()

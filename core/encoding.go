@@ -24,14 +24,23 @@ import (
 // that expands without end.
 const maxDecoded = 64 << 20
 
-// errNotAcceptable is why a replay cannot be given in a coding the
-// request accepts.
-var errNotAcceptable = errors.New("idem: the stored response's content coding is not one this request accepts")
+// ErrNotAcceptable is why a replay cannot be given in a content coding the
+// retry accepts (Engine.ReplayFor); Engine.Problem answers it 406.
+var ErrNotAcceptable = errors.New("idem: the stored response's content coding is not one this request accepts")
+
+// ReplayFor returns the stored response resp as a retry whose
+// Accept-Encoding values are acceptEncoding can take, as the net/http
+// middleware replays: resp itself, or a copy with the body decoded (gzip,
+// deflate) when the retry does not accept the coding a compressor inside
+// idem gave the first answer. The error wraps ErrNotAcceptable.
+func (e *Engine) ReplayFor(resp *Response, acceptEncoding []string) (*Response, error) {
+	return forRequest(resp, acceptEncoding)
+}
 
 // forRequest returns resp as the request with Accept-Encoding values ae
 // can take: resp itself when its content coding (if any) is acceptable,
 // or a copy with the body decoded (gzip, x-gzip, deflate) and the headers
-// that described the encoded bytes dropped. It returns errNotAcceptable,
+// that described the encoded bytes dropped. It returns ErrNotAcceptable,
 // wrapped with the reason, when the coding is neither acceptable nor one
 // the engine can decode.
 func forRequest(resp *Response, ae []string) (*Response, error) {
@@ -46,7 +55,7 @@ func forRequest(resp *Response, ae []string) (*Response, error) {
 	for i := len(codings) - 1; i >= 0; i-- {
 		var err error
 		if body, err = decode(codings[i], body); err != nil {
-			return nil, fmt.Errorf("%w: %w", errNotAcceptable, err)
+			return nil, fmt.Errorf("%w: %w", ErrNotAcceptable, err)
 		}
 	}
 	out := &Response{Status: resp.Status, Body: body, Header: make(http.Header, len(resp.Header))}

@@ -3,6 +3,7 @@ package idem
 import (
 	"net/http"
 	"reflect"
+	"strings"
 	"time"
 )
 
@@ -155,7 +156,7 @@ type Route struct {
 // a gRPC full method), with any ForRoute override for the pair applied.
 // RouteFunc has no effect here: the transport names the route.
 func (p *Policy) Route(method, route string) Route {
-	if q, ok := p.compiled[routeKey{method, route}]; ok {
+	if q, ok := p.compiled[routeKey{strings.ToUpper(method), route}]; ok {
 		p = q
 	}
 	return Route{Skip: p.skip, Required: p.required, Retention: p.retention}

@@ -298,7 +298,9 @@ func WithKeyValidator(fn func(key string) error) Option {
 // another route or with another method is refused with 422, where by
 // default it would be another key. The default fingerprint includes the
 // method and path, so it tells them apart; a WithFingerprint function
-// must too. It has no effect on Do, whose keys stay per kind and name.
+// must too, as must the Op.Fingerprint of a transport on Start (with
+// WithGlobalKeys, Start scopes by Op.Namespace alone). It has no effect
+// on Do, whose keys stay per kind and name.
 // Default: keys are scoped by method and route template.
 func WithGlobalKeys() Option {
 	return func(c *config) error { c.globalKeys = true; return nil }

@@ -37,13 +37,14 @@ var (
 
 // The details of the problems whose answer does not depend on the request.
 const (
-	detailMismatch    = "This key was already used with a different path, query or body. Use a new key for a new request."
-	detailConflict    = "A request with this key is still being processed; retry later."
-	detailStore       = "The idempotency store failed or did not answer in time; retry with the same key."
-	detailCommit      = "The transaction holding the request's changes and its stored response failed to commit; retry with the same key to learn the outcome."
-	detailCanceled    = "The request was canceled before it was claimed."
-	detailUnreadable  = "The response stored for this key is encrypted with a key this server does not hold, or was altered. It is not replayed, and the request is not run again; the operators are told."
-	detailNoNamespace = "The request carries no client identity to scope its idempotency key. Authenticate; if you did, the server mounts idem before its authentication middleware."
+	detailMismatch      = "This key was already used with a different path, query or body. Use a new key for a new request."
+	detailConflict      = "A request with this key is still being processed; retry later."
+	detailStore         = "The idempotency store failed or did not answer in time; retry with the same key."
+	detailCommit        = "The transaction holding the request's changes and its stored response failed to commit; retry with the same key to learn the outcome."
+	detailCanceled      = "The request was canceled before it was claimed."
+	detailNotAcceptable = "The stored response is content-encoded in a coding this request does not accept, and idem cannot decode it. Retry with an Accept-Encoding that accepts it."
+	detailUnreadable    = "The response stored for this key is encrypted with a key this server does not hold, or was altered. It is not replayed, and the request is not run again; the operators are told."
+	detailNoNamespace   = "The request carries no client identity to scope its idempotency key. Authenticate; if you did, the server mounts idem before its authentication middleware."
 )
 
 type problemKind struct {
@@ -86,11 +87,17 @@ func (p Problem) JSON() []byte {
 	return body
 }
 
+// ProblemType returns the type of the problem named name, as the engine
+// writes them (WithProblemTypeBase and the name), for an adapter's own
+// answers: "body-too-large", "body-unreadable", or a name of its own.
+func (e *Engine) ProblemType(name string) string { return e.cfg.problemBase + name }
+
 // Problem returns the HTTP answer to an error from Start or Finish (or
 // Do): 400 for ErrMissingKey and ErrInvalidKey, 403 for
 // ErrNamespaceRequired, 422 for ErrMismatch, 409 for ErrInFlight, 503 for
 // ErrStoreFailure (commit-failed when a transaction's commit failed), 499
-// for a canceled context, and 400 for ErrInvalidJSON. ok is false for any
+// for a canceled context, 400 for ErrInvalidJSON, 406 for ErrNotAcceptable
+// and 500 for ErrUndecryptable. ok is false for any
 // other error, which is the transport's own.
 func (e *Engine) Problem(err error) (p Problem, ok bool) {
 	var k problemKind
@@ -117,6 +124,8 @@ func (e *Engine) Problem(err error) (p Problem, ok bool) {
 		k, detail = problemStore, detailStore
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		k, detail = problemCanceled, detailCanceled
+	case errors.Is(err, ErrNotAcceptable):
+		k, detail = problemNotAcceptable, detailNotAcceptable
 	case errors.Is(err, ErrUndecryptable):
 		k, detail = problemUnreadable, detailUnreadable
 	case errors.Is(err, ErrInvalidJSON):
