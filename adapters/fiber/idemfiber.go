@@ -20,8 +20,7 @@ var ErrBadOption = fmt.Errorf("idemfiber: %w", idem.ErrBadOption)
 
 // Config holds the Fiber equivalents of idem.WithNamespace and
 // idem.WithFingerprint, which need a *http.Request. The zero Config is
-// the default: one namespace for every client, and the engine's
-// fingerprint (method, request target as sent, body; or JSON).
+// one namespace for all, and the engine's fingerprint.
 type Config struct {
 	// Namespace returns the client's namespace (a tenant, a user), which
 	// scopes its keys; "" is the global one (403 under
@@ -32,9 +31,7 @@ type Config struct {
 	Fingerprint func(c fiber.Ctx, body []byte) string
 }
 
-// Middleware returns Fiber middleware that protects the routes it is
-// declared on with e's policy and opts, with the zero Config; see
-// Config.Middleware.
+// Middleware is Config.Middleware with the zero Config.
 func Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Handler {
 	return Config{}.Middleware(e, opts...)
 }
@@ -58,8 +55,7 @@ func (cfg Config) Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Han
 			"idemfiber.Config's Namespace or Fingerprint instead (WithKeyField has no Fiber equivalent: send the key in the %s header)",
 			ErrBadOption, strings.Join(names, ", "), e.KeyHeader()))
 	}
-	p, _ := e.Problem(idem.ErrMissingKey)
-	m := &middleware{e: e, p: e.Policy(opts...), cfg: cfg, base: strings.TrimSuffix(p.Type, "missing-key")}
+	m := &middleware{e: e, p: e.Policy(opts...), cfg: cfg}
 	for k := range e.ReplayHeader(&idem.Response{Status: http.StatusNoContent}) {
 		m.marker = k // the replay marker alone: no headers, no body
 	}
@@ -67,8 +63,7 @@ func (cfg Config) Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Han
 }
 
 // CheckRoutes returns an error wrapping idem.ErrBadOption when an
-// idem.ForRoute rule in opts names a route app does not have (a typo
-// leaves the real route on the default policy), once routes are declared.
+// idem.ForRoute rule in opts names a route app does not have (a typo).
 func CheckRoutes(app *fiber.App, opts ...idem.RouteOption) error {
 	var routes []idem.RouteRule
 	for _, r := range app.GetRoutes(true) {
@@ -81,7 +76,6 @@ type middleware struct {
 	e      *idem.Engine
 	p      *idem.Policy
 	cfg    Config
-	base   string // the engine's problem type base
 	marker string // the engine's replay header
 }
 
@@ -102,12 +96,8 @@ func (m *middleware) handle(c fiber.Ctx) error {
 	if rt.Skip {
 		return c.Next()
 	}
-	var buf [1]string
-	vals := buf[:0] // no allocation for the usual single value
-	for _, v := range c.Request().Header.PeekAll(e.KeyHeader()) {
-		vals = append(vals, string(v))
-	}
-	key, err := idem.ParseKey(vals)
+	var buf [1]string // no allocation for the usual single value
+	key, err := idem.ParseKey(values(buf[:0], c, e.KeyHeader()))
 	if errors.Is(err, idem.ErrMissingKey) && !rt.Required {
 		return c.Next()
 	} else if err != nil {
@@ -130,6 +120,9 @@ func (m *middleware) handle(c fiber.Ctx) error {
 	if err != nil {
 		return m.fail(c, err)
 	} else if stored != nil {
+		if stored, err = e.ReplayFor(stored, values(nil, c, "Accept-Encoding")); err != nil {
+			return m.fail(c, err) // a coding the retry does not accept and idem cannot decode: 406
+		}
 		return m.replay(c, stored)
 	}
 	return m.run(c, call)
@@ -183,11 +176,10 @@ func (m *middleware) body(c fiber.Ctx) ([]byte, *idem.Problem) {
 
 // problem returns a problem the adapter answers itself, as the engine's.
 func (m *middleware) problem(name string, status int, title, detail string) *idem.Problem {
-	return &idem.Problem{Type: m.base + name, Status: status, Title: title, Detail: detail}
+	return &idem.Problem{Type: m.e.ProblemType(name), Status: status, Title: title, Detail: detail}
 }
 
-// replay sends a stored response, with Engine.ReplayHeader's headers
-// (fasthttp sets Content-Length from the body).
+// replay sends a stored response (fasthttp sets Content-Length).
 func (m *middleware) replay(c fiber.Ctx, resp *idem.Response) error {
 	h := &c.Response().Header
 	for k, vs := range resp.Header {
@@ -203,6 +195,14 @@ func (m *middleware) replay(c fiber.Ctx, resp *idem.Response) error {
 	c.Status(resp.Status)
 	c.Response().SetBody(resp.Body)
 	return nil
+}
+
+// values appends the request header's values for name to vals.
+func values(vals []string, c fiber.Ctx, name string) []string {
+	for _, v := range c.Request().Header.PeekAll(name) {
+		vals = append(vals, string(v))
+	}
+	return vals
 }
 
 // fail answers err's problem; another error goes to Fiber's error handler.
