@@ -3,6 +3,7 @@ package idemfiber_test
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -536,4 +537,34 @@ func TestHooks(t *testing.T) {
 	if replay.header.Get("X-Replayed-At") == "" || replay.header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("replay headers %v: want X-Replayed-At and the marker true", replay.header)
 	}
+}
+
+// A response a compressor inside idem encoded is decoded for a retry that
+// does not accept its coding, or refused with 406 when idem cannot decode
+// it, as the net/http middleware does.
+func TestReplayContentCoding(t *testing.T) {
+	app := fiber.New()
+	app.Use(fiberrecover.New())
+	mw := idemfiber.Middleware(newEngine(t))
+	encoded := func(coding string, body []byte) fiber.Handler {
+		return func(c fiber.Ctx) error {
+			c.Set("Content-Encoding", coding)
+			return c.Status(201).Send(body)
+		}
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte("order 1"))
+	zw.Close()
+	app.Post("/gzip", mw, encoded("gzip", gz.Bytes()))
+	app.Post("/br", mw, encoded("br", []byte("not really brotli")))
+	a := &testApp{t: t, addr: listen(t, app)}
+	// Go's client asks for gzip and decodes it itself unless told not to.
+	a.check(step{path: "/gzip", key: "g", header: []string{"Accept-Encoding", "gzip"}, code: 201})
+	r := a.do("POST", "/gzip", "g", "", "Accept-Encoding", "identity")
+	if r.code != 201 || r.body != "order 1" || r.header.Get("Content-Encoding") != "" || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("gzip replay to a client without gzip: %d %q %v", r.code, r.body, r.header)
+	}
+	a.check(step{path: "/br", key: "b", header: []string{"Accept-Encoding", "br"}, code: 201})
+	a.check(step{path: "/br", key: "b", header: []string{"Accept-Encoding", "identity"}, code: 406, problem: "not-acceptable"})
 }
