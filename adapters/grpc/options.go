@@ -14,8 +14,7 @@ import (
 )
 
 // The default metadata names of the key and of the replay mark, and Kind,
-// the Op.Kind of the calls the server interceptor protects (their Op.Name
-// is the full method).
+// the Op.Kind of the calls the server protects (Op.Name: the full method).
 const (
 	DefaultKeyMetadata    = "idempotency-key"
 	DefaultReplayMetadata = "idempotency-replayed"
@@ -34,6 +33,7 @@ const (
 	ReasonStoreFailure = "IDEMPOTENCY_STORE_UNAVAILABLE"
 	ReasonNotKept      = "IDEMPOTENCY_RESULT_NOT_KEPT"
 	ReasonNoNamespace  = "IDEMPOTENCY_NAMESPACE_REQUIRED"
+	ReasonUnreadable   = "IDEMPOTENCY_RESULT_UNREADABLE" // sealed (idem.WithEncryption) under a key the ring lacks
 )
 
 // ErrBadOption, which wraps idem.ErrBadOption, is wrapped by bad options' errors.

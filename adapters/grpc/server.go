@@ -201,6 +201,8 @@ func lifecycleError(err error) error {
 		return withInfo(codes.FailedPrecondition, "idemgrpc: the idempotency key was already used with a different request", ReasonMismatch)
 	case errors.Is(err, idem.ErrResultOmitted):
 		return withInfo(codes.DataLoss, "idemgrpc: a call with this idempotency key already ran, but its response was too large to keep and cannot be replayed", ReasonNotKept)
+	case errors.Is(err, idem.ErrUndecryptable):
+		return withInfo(codes.DataLoss, "idemgrpc: the result stored for this idempotency key cannot be decrypted; it is not replayed, and the call does not run again", ReasonUnreadable)
 	case errors.Is(err, idem.ErrNamespaceRequired):
 		return withInfo(codes.PermissionDenied, "idemgrpc: the call carries no client identity to scope its idempotency key", ReasonNoNamespace)
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):

@@ -1,6 +1,7 @@
 package idemgrpc_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -580,6 +581,29 @@ func TestResultNotKept(t *testing.T) {
 	_, _, _, err := call(ctx, c, request("tea"))
 	if status.Code(err) != codes.DataLoss {
 		t.Errorf("retry of an answer kept without its body: %v, want DataLoss", err)
+	}
+	if n := svc.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}
+
+// A stored answer sealed under a key the engine lacks is DataLoss with its
+// reason: no replay, and no second run.
+func TestResultUnreadable(t *testing.T) {
+	s := newMemoryStore(t)
+	key := func(id string, b byte) idem.EncryptionKey {
+		return idem.EncryptionKey{ID: id, Secret: bytes.Repeat([]byte{b}, 32)}
+	}
+	svc := &service{}
+	ctx := withKey(t.Context(), "sealed")
+	first := testpb.NewTestServiceClient(dial(t, serve(t, newEngine(t, s, idem.WithEncryption(key("k1", 1))), svc, nil)))
+	if _, _, _, err := call(ctx, first, request("tea")); err != nil {
+		t.Fatal(err)
+	}
+	other := testpb.NewTestServiceClient(dial(t, serve(t, newEngine(t, s, idem.WithEncryption(key("k2", 2))), svc, nil)))
+	_, _, _, err := call(ctx, other, request("tea"))
+	if status.Code(err) != codes.DataLoss || errorInfo(err) != idemgrpc.ReasonUnreadable {
+		t.Errorf("retry under another key: %v (reason %q), want DataLoss %s", err, errorInfo(err), idemgrpc.ReasonUnreadable)
 	}
 	if n := svc.runs.Load(); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
