@@ -12,10 +12,12 @@
 // that must be atomic. [Engine.Middleware] is a plain net/http middleware
 // that scopes keys by the ServeMux pattern; the adapters for Gin, Echo and
 // Chi wrap [Engine.Serve]. [Engine.Do] runs any other operation (a message
-// to consume, a job, an RPC: the gRPC interceptors in adapters/grpc use it)
-// through the same lifecycle: claim the key, check the fingerprint, answer
-// a conflict or wait, keep the claim alive while the work runs, then
-// complete or release, and replay to retries.
+// to consume, a job) through the same lifecycle: claim the key, check the
+// fingerprint, answer a conflict or wait, keep the claim alive while the
+// work runs, then complete or release, and replay to retries.
+// [Engine.Start] gives a transport that lifecycle without a closure, with
+// [Call.Finish] or [Call.Release] to end it: the Fiber adapter and the
+// gRPC server interceptor are written on it.
 //
 // # Outcomes
 //
