@@ -59,7 +59,7 @@ func main() {
 		opts = inst.Options() // the requests counter and store latencies; logs still go to slog
 		metricsHandler = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
 	}
-	engine, err := idem.New(store, opts...)
+	engine, err := idem.New(store, append(flags.Store.Engine(), opts...)...)
 	if err != nil {
 		app.Fatal(err, false)
 	}

@@ -24,7 +24,7 @@ func main() {
 	ctx := context.Background()
 	store, closeStore := flags.Store.MustOpen(ctx)
 	defer closeStore()
-	engine, err := idem.New(store, app.LogEach())
+	engine, err := idem.New(store, append(flags.Store.Engine(), app.LogEach())...)
 	if err != nil {
 		app.Fatal(err, false)
 	}

@@ -105,7 +105,7 @@ func main() {
 	if c.lease > 0 {
 		opts = append(opts, idem.WithLease(c.lease))
 	}
-	engine, err := idem.New(store, opts...)
+	engine, err := idem.New(store, append(opts, c.store.Engine()...)...)
 	if err != nil {
 		app.Fatal(err, true)
 	}

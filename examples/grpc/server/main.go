@@ -106,7 +106,7 @@ func main() {
 	defer stop()
 	store, closeStore := f.store.MustOpen(ctx)
 	defer closeStore()
-	engine, err := idem.New(store)
+	engine, err := idem.New(store, f.store.Engine()...)
 	if err != nil {
 		app.Fatal(err, false)
 	}

@@ -45,6 +45,9 @@ type StoreFlags struct {
 	SQLitePath  string
 	SQLiteTable string
 	ExactlyOnce bool // postgres, mysql, sqlite and dynamodb: the engine gets store.ExactlyOnce()
+	KeysFile    string // -encryption-keys: idem.WithEncryption with its keys
+
+	keys []idem.EncryptionKey // read from KeysFile by Validate
 
 	pool *pgxpool.Pool // set by Open for postgres
 	db   *sql.DB       // set by Open for mysql
@@ -52,7 +55,8 @@ type StoreFlags struct {
 }
 
 // Register adds -store, -redis-url, -redis-prefix, -postgres-url,
-// -pg-table, -mysql-dsn, -mysql-table and -exactly-once to fs, with the
+// -pg-table, -mysql-dsn, -mysql-table, -exactly-once and
+// -encryption-keys (and the DynamoDB and SQLite ones) to fs, with the
 // prefix and tables named for program. The addresses default to
 // $IDEM_REDIS_URL, $IDEM_POSTGRES_URL and $IDEM_MYSQL_DSN, then to the
 // local servers.
@@ -69,6 +73,7 @@ func (f *StoreFlags) Register(fs *flag.FlagSet, program string) {
 	fs.StringVar(&f.SQLitePath, "sqlite-path", "idem_"+program+".db", "SQLite database file, created if missing (-store sqlite)")
 	fs.StringVar(&f.SQLiteTable, "sqlite-table", "idem_"+program, "SQLite table of the records (-store sqlite)")
 	fs.BoolVar(&f.ExactlyOnce, "exactly-once", false, "run each claimed request in a transaction that commits with its record (-store postgres, mysql, sqlite or dynamodb)")
+	fs.StringVar(&f.KeysFile, "encryption-keys", "", "file of encryption keys, one ID:BASE64 line per 32-byte key (head -c 32 /dev/urandom | base64): stored responses are sealed with AES-256-GCM; every key reads, the last one writes (default: not encrypted)")
 }
 
 // String names the store for the start-up line: its kind and where it is
@@ -103,7 +108,32 @@ func (f *StoreFlags) String() string {
 	return f.Kind
 }
 
-// Validate reports a bad flag value.
+// Engine returns the engine options the store flags ask for: WithEncryption
+// with the -encryption-keys file's keys, when given.
+func (f *StoreFlags) Engine() []idem.Option {
+	if len(f.keys) == 0 {
+		return nil
+	}
+	return []idem.Option{idem.WithEncryption(f.keys...)}
+}
+
+// readKeys reads the -encryption-keys file.
+func (f *StoreFlags) readKeys() error {
+	if f.KeysFile == "" {
+		return nil
+	}
+	file, err := os.Open(f.KeysFile)
+	if err != nil {
+		return fmt.Errorf("-encryption-keys: %w", err)
+	}
+	defer file.Close()
+	if f.keys, err = idem.ParseEncryptionKeys(file); err != nil {
+		return fmt.Errorf("-encryption-keys %s: %w", f.KeysFile, err)
+	}
+	return nil
+}
+
+// Validate reports a bad flag value, and reads the -encryption-keys file.
 func (f *StoreFlags) Validate() error {
 	switch f.Kind {
 	case "memory", "redis", "postgres", "mysql", "sqlite", "dynamodb":
@@ -113,7 +143,7 @@ func (f *StoreFlags) Validate() error {
 	if f.ExactlyOnce && (f.Kind == "memory" || f.Kind == "redis") {
 		return errors.New("-exactly-once needs -store postgres, mysql, sqlite or dynamodb")
 	}
-	return nil
+	return f.readKeys()
 }
 
 // Open returns the chosen store (in exactly-once mode with -exactly-once)
