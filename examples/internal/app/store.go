@@ -44,7 +44,7 @@ type StoreFlags struct {
 	DynamoTable string
 	SQLitePath  string
 	SQLiteTable string
-	ExactlyOnce bool // postgres, mysql, sqlite and dynamodb: the engine gets store.ExactlyOnce()
+	ExactlyOnce bool   // postgres, mysql, sqlite and dynamodb: the engine gets store.ExactlyOnce()
 	KeysFile    string // -encryption-keys: idem.WithEncryption with its keys
 
 	keys []idem.EncryptionKey // read from KeysFile by Validate
