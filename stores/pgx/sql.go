@@ -11,23 +11,25 @@ import (
 // once, in New, from templates where {{t}} is the quoted table name; nothing
 // else is ever interpolated.
 type queries struct {
-	claim          string
-	claimNoSync    string // claim, committed without waiting for its WAL flush
-	complete       string
-	completeNotify string
-	release        string
-	releaseNotify  string
-	mark           string
-	get            string
-	delete         string
-	deleteNotify   string
-	deleteExpired  string
-	extend         string
-	extendNoSync   string // extend, committed without waiting for its WAL flush
-	evict          string
-	evictNotify    string
-	lock           string // the exactly-once transaction's first statement
-	clock          string
+	claim             string
+	claimNoSync       string // claim, committed without waiting for its WAL flush
+	complete          string
+	completeNotify    string
+	release           string
+	releaseNotify     string
+	mark              string
+	get               string
+	delete            string
+	deleteNotify      string
+	deleteExpired     string
+	extend            string
+	extendNoSync      string // extend, committed without waiting for its WAL flush
+	extendBatch       string // extend for many claims at once
+	extendBatchNoSync string
+	evict             string
+	evictNotify       string
+	lock              string // the exactly-once transaction's first statement
+	clock             string
 }
 
 // recordCols are the columns every read returns, in scan order.
@@ -230,6 +232,14 @@ SELECT (SELECT count(*) FROM gone), pg_relation_size($4::text::regclass) / curre
 const extendSQL = `UPDATE {{t}} SET lease_end = $4::timestamptz, expires_at = $4::timestamptz{{nosync}}
 WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1`
 
+// extendBatchSQL is extendSQL for many claims in one statement: $1
+// scopes, $2 keys, $3 tokens and $4 new lease ends, one element per
+// claim. It returns the claims it extended. {{nosync}} is as in extendSQL.
+const extendBatchSQL = `UPDATE {{t}} AS r SET lease_end = b.lease_end, expires_at = b.lease_end
+FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::timestamptz[]) AS b(scope, key, token, lease_end){{nosync}}
+WHERE r.scope = b.scope AND r.key = b.key AND r.token = b.token AND r.state = 1
+RETURNING r.scope, r.key`
+
 // lockSQL is the first statement of an exactly-once transaction: it locks
 // the claim's row FOR UPDATE while the claim still holds it ($1 scope,
 // $2 key, $3 token), and the lock lasts until the transaction ends. While
@@ -255,22 +265,24 @@ func newQueries(table string) queries {
 	t := pgx.Identifier{table}.Sanitize()
 	f := func(s string) string { return strings.ReplaceAll(s, "{{t}}", t) }
 	return queries{
-		claim:          f(strings.Replace(claimSQL, "{{one}}", claimValues, 1)),
-		claimNoSync:    f(strings.Replace(claimSQL, "{{one}}", claimNoSyncValues, 1)),
-		complete:       f(completeSQL),
-		completeNotify: f(notifying(completeSQL, "$9::text, $10::text")),
-		release:        f(releaseSQL),
-		releaseNotify:  f(notifying(releaseSQL, "$4::text, $5::text")),
-		mark:           f(markSQL),
-		get:            f(getSQL),
-		delete:         f(deleteSQL),
-		deleteNotify:   f(notifying(deleteSQL, "$3::text, $4::text")),
-		deleteExpired:  f(deleteExpiredSQL),
-		extend:         f(strings.Replace(extendSQL, "{{nosync}}", "", 1)),
-		extendNoSync:   f(strings.Replace(extendSQL, "{{nosync}}", noSyncFrom, 1)),
-		evict:          f(evictSQL),
-		evictNotify:    f(notifying(evictSQL, "$4::text, $5::text")),
-		lock:           f(lockSQL),
-		clock:          clockSQL,
+		claim:             f(strings.Replace(claimSQL, "{{one}}", claimValues, 1)),
+		claimNoSync:       f(strings.Replace(claimSQL, "{{one}}", claimNoSyncValues, 1)),
+		complete:          f(completeSQL),
+		completeNotify:    f(notifying(completeSQL, "$9::text, $10::text")),
+		release:           f(releaseSQL),
+		releaseNotify:     f(notifying(releaseSQL, "$4::text, $5::text")),
+		mark:              f(markSQL),
+		get:               f(getSQL),
+		delete:            f(deleteSQL),
+		deleteNotify:      f(notifying(deleteSQL, "$3::text, $4::text")),
+		deleteExpired:     f(deleteExpiredSQL),
+		extend:            f(strings.Replace(extendSQL, "{{nosync}}", "", 1)),
+		extendNoSync:      f(strings.Replace(extendSQL, "{{nosync}}", noSyncFrom, 1)),
+		extendBatch:       f(strings.Replace(extendBatchSQL, "{{nosync}}", "", 1)),
+		extendBatchNoSync: f(strings.Replace(extendBatchSQL, "{{nosync}}", ",\n    (SELECT set_config('synchronous_commit', 'off', true)) AS nosync (x)", 1)),
+		evict:             f(evictSQL),
+		evictNotify:       f(notifying(evictSQL, "$4::text, $5::text")),
+		lock:              f(lockSQL),
+		clock:             clockSQL,
 	}
 }

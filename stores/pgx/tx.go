@@ -74,6 +74,15 @@ func (s *ExactlyOnceStore) Extend(ctx context.Context, scope, key, token string,
 	return s.extend(ctx, s.q.extendNoSync, scope, key, token, leaseEnd)
 }
 
+// ExtendBatch implements idem.BatchExtender like Store.ExtendBatch, with
+// Extend's commit that does not wait for its WAL flush.
+func (s *ExactlyOnceStore) ExtendBatch(ctx context.Context, now time.Time, refs []idem.ExtendRef) []error {
+	if _, inTx := s.db.(pgx.Tx); inTx {
+		return s.Store.ExtendBatch(ctx, now, refs)
+	}
+	return s.extendBatch(ctx, s.q.extendBatchNoSync, refs)
+}
+
 // WithTxOptions returns a copy of s whose transactions start with opts,
 // for example pgx.TxOptions{IsoLevel: pgx.Serializable}. The default is
 // the server's default_transaction_isolation (of the server, the database
