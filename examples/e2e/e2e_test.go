@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 		"github.com/idemkit/idem/examples/gin",
 		"github.com/idemkit/idem/examples/echo",
 		"github.com/idemkit/idem/examples/echov5",
+		"github.com/idemkit/idem/examples/fiber",
 		"github.com/idemkit/idem/examples/loadgen",
 		"github.com/idemkit/idem/examples/client",
 		"github.com/idemkit/idem/examples/natsconsumer",
@@ -239,7 +240,7 @@ func TestFixtureBadFlags(t *testing.T) {
 }
 
 func TestOrdersExamples(t *testing.T) {
-	for _, ex := range []string{"quickstart", "nethttp", "chi", "gin", "echo", "echov5"} {
+	for _, ex := range []string{"quickstart", "nethttp", "chi", "gin", "echo", "echov5", "fiber"} {
 		t.Run(ex, func(t *testing.T) {
 			t.Parallel()
 			checkOrders(t, start(t, ex))
@@ -446,7 +447,7 @@ func TestSharedStores(t *testing.T) {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel() // each store's kill test waits out a lease
 			t.Run("orders examples", func(t *testing.T) {
-				for _, ex := range []string{"chi", "gin", "echo", "echov5", "nethttp"} {
+				for _, ex := range []string{"chi", "gin", "echo", "echov5", "nethttp", "fiber"} {
 					checkOrders(t, start(t, ex, storeArgs(t, store)...))
 				}
 			})

@@ -19,8 +19,8 @@ import (
 // payment on a missing order leave exactly the rows they report.
 func TestExactlyOnceOrders(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ store, example string }{{"postgres", "chi"}, {"mysql", "gin"}, {"sqlite", "echo"}} {
-		t.Run(tc.store, func(t *testing.T) {
+	for _, tc := range []struct{ store, example string }{{"postgres", "chi"}, {"mysql", "gin"}, {"sqlite", "echo"}, {"postgres", "fiber"}} {
+		t.Run(tc.store+"/"+tc.example, func(t *testing.T) {
 			t.Parallel()
 			args := storeArgs(t, tc.store)
 			p := start(t, tc.example, append(args, "-exactly-once")...)

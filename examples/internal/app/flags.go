@@ -41,7 +41,7 @@ func ParseOrders(name string, extra func(fs *flag.FlagSet)) OrdersFlags {
 // ordersUsage prints what an orders example serves, how to try it, and
 // its flags.
 func ordersUsage(fs *flag.FlagSet, name string) {
-	framework := map[string]string{"chi": "Chi", "gin": "Gin", "echo": "Echo v4", "echov5": "Echo v5", "nethttp": "net/http"}[name]
+	framework := map[string]string{"chi": "Chi", "gin": "Gin", "echo": "Echo v4", "echov5": "Echo v5", "nethttp": "net/http", "fiber": "Fiber"}[name]
 	w := fs.Output()
 	fmt.Fprintf(w, `%[1]s serves an orders API on %[2]s with idem's middleware: POST and
 PATCH need an Idempotency-Key; a retry with the same key gets the stored
