@@ -28,3 +28,9 @@ func TestEncryption(t *testing.T) {
 		return b
 	})
 }
+
+// TestPaymentOptions runs the payment options on DynamoDB.
+func TestPaymentOptions(t *testing.T) {
+	client := newClient(t)
+	conformance.RunPaymentOptions(t, newStore(t, client, newTable(t, client)...))
+}

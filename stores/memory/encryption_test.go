@@ -28,3 +28,10 @@ func TestEncryption(t *testing.T) {
 		return append(b, rec.Response.Body...)
 	})
 }
+
+// TestPaymentOptions runs the payment options on the memory store.
+func TestPaymentOptions(t *testing.T) {
+	s := memstore.New()
+	t.Cleanup(func() { s.Close() })
+	conformance.RunPaymentOptions(t, s)
+}

@@ -21,3 +21,8 @@ func TestEncryption(t *testing.T) {
 		return append(append(fp, headers...), body...)
 	})
 }
+
+// TestPaymentOptions runs the payment options on MySQL.
+func TestPaymentOptions(t *testing.T) {
+	conformance.RunPaymentOptions(t, newStore(t, newDB(t, 0)))
+}

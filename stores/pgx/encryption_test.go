@@ -30,3 +30,12 @@ func raw(pool *pgxpool.Pool, s *Store) func(t *testing.T, scope, key string) []b
 		return append(append(fp, headers...), body...)
 	}
 }
+
+// TestPaymentOptions runs the payment options on PostgreSQL, plain and
+// exactly-once.
+func TestPaymentOptions(t *testing.T) {
+	s := newStore(t, newPool(t))
+	for name, store := range map[string]idem.Store{"plain": s, "exactly once": s.ExactlyOnce()} {
+		t.Run(name, func(t *testing.T) { conformance.RunPaymentOptions(t, store) })
+	}
+}

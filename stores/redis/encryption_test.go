@@ -20,3 +20,8 @@ func TestEncryption(t *testing.T) {
 		return b
 	})
 }
+
+// TestPaymentOptions runs the payment options on Redis.
+func TestPaymentOptions(t *testing.T) {
+	conformance.RunPaymentOptions(t, newTestStore(t, testClient(t)))
+}
