@@ -587,25 +587,37 @@ func TestResultNotKept(t *testing.T) {
 	}
 }
 
-// A stored answer sealed under a key the engine lacks is DataLoss with its
-// reason: no replay, and no second run.
-func TestResultUnreadable(t *testing.T) {
-	s := newMemoryStore(t)
-	key := func(id string, b byte) idem.EncryptionKey {
-		return idem.EncryptionKey{ID: id, Secret: bytes.Repeat([]byte{b}, 32)}
-	}
-	svc := &service{}
-	ctx := withKey(t.Context(), "sealed")
-	first := testpb.NewTestServiceClient(dial(t, serve(t, newEngine(t, s, idem.WithEncryption(key("k1", 1))), svc, nil)))
-	if _, _, _, err := call(ctx, first, request("tea")); err != nil {
-		t.Fatal(err)
-	}
-	other := testpb.NewTestServiceClient(dial(t, serve(t, newEngine(t, s, idem.WithEncryption(key("k2", 2))), svc, nil)))
-	_, _, _, err := call(ctx, other, request("tea"))
-	if status.Code(err) != codes.DataLoss || errorInfo(err) != idemgrpc.ReasonUnreadable {
-		t.Errorf("retry under another key: %v (reason %q), want DataLoss %s", err, errorInfo(err), idemgrpc.ReasonUnreadable)
-	}
-	if n := svc.runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+// With encryption, an answer is sealed, replays under the ring that
+// sealed it (and a rotated one), and is DataLoss with its reason under a
+// ring without its key: no replay, and no second run. On every store.
+func TestEncryptedResults(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore func(testing.TB) idem.Store) {
+		s := newStore(t)
+		key := func(id string, b byte) idem.EncryptionKey {
+			return idem.EncryptionKey{ID: id, Secret: bytes.Repeat([]byte{b}, 32)}
+		}
+		svc := &service{}
+		ctx := withKey(t.Context(), "sealed-"+randomName())
+		client := func(keys ...idem.EncryptionKey) testpb.TestServiceClient {
+			return testpb.NewTestServiceClient(dial(t, serve(t, newEngine(t, s, idem.WithEncryption(keys...)), svc, nil)))
+		}
+		first, rotated, other := client(key("k1", 1)), client(key("k1", 1), key("k2", 2)), client(key("k2", 2))
+		want, _, _, err := call(ctx, first, request("tea"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, c := range map[string]testpb.TestServiceClient{"the same ring": first, "a rotated ring": rotated} {
+			got, hdr, _, err := call(ctx, c, request("tea"))
+			if err != nil || !replayed(hdr) || got.GetUsername() != want.GetUsername() {
+				t.Errorf("retry under %s: %v replayed=%v %v", name, got, replayed(hdr), err)
+			}
+		}
+		_, _, _, err = call(ctx, other, request("tea"))
+		if status.Code(err) != codes.DataLoss || errorInfo(err) != idemgrpc.ReasonUnreadable {
+			t.Errorf("retry under another key: %v (reason %q), want DataLoss %s", err, errorInfo(err), idemgrpc.ReasonUnreadable)
+		}
+		if n := svc.runs.Load(); n != 1 {
+			t.Errorf("handler ran %d times, want 1", n)
+		}
+	})
 }
