@@ -18,12 +18,11 @@ import (
 // claim. Ending a call twice does nothing. A Call is not safe for
 // concurrent use.
 type Call struct {
-	f      flight
-	open   bool // the call holds the claim
-	failed bool // WithFailOpen: the store failed, and the operation runs unprotected
-	ended  bool
-	run    time.Time // when the operation started
-	do     bool      // Do's: keys stay per kind and name whatever WithGlobalKeys says
+	f     flight
+	open  bool // the call holds the claim
+	ended bool
+	run   time.Time // when the operation started
+	do    bool      // Do's: keys stay per kind and name whatever WithGlobalKeys says
 }
 
 // Start claims op's key for an operation its caller runs, as Do does with
@@ -50,7 +49,8 @@ func (e *Engine) Start(ctx context.Context, op Op) (*Call, *Response, error) {
 }
 
 // start is Start for c. It returns what Start returns but the call;
-// when both are nil the call runs (c.open, or c.failed).
+// when both are nil the call runs (held when c.open; unprotected, with
+// WithFailOpen, when not).
 func (c *Call) start(e *Engine, ctx context.Context, op Op) (*Response, error) {
 	f := &c.f
 	f.e, f.ctx, f.start = e, ctx, time.Now()
@@ -70,7 +70,7 @@ func (c *Call) start(e *Engine, ctx context.Context, op Op) (*Response, error) {
 		return nil, o.err
 	case failed:
 		if e.cfg.failOpen {
-			f.ev.FailedOpen, c.failed, c.run = true, true, time.Now()
+			f.ev.FailedOpen, c.run = true, time.Now()
 			return nil, nil
 		}
 		return nil, &RetryError{Err: fmt.Errorf("%w: %w", ErrStoreFailure, o.err), After: e.retryAfter(0)}
