@@ -10,8 +10,8 @@
 // What it holds:
 //
 //   - Row and MicroRow: a record's row, NULLs included, and its decoding
-//     into an idem.Record with the checks that turn a row no store can
-//     have written into an error wrapping idem.ErrCorruptRecord.
+//     into an store.Record with the checks that turn a row no store can
+//     have written into an error wrapping store.ErrCorruptRecord.
 //   - FloorMicro, CeilMicro and FromMicro: the microsecond rounding that
 //     keeps a store's SQL comparisons of now and deadlines in step with
 //     the engine's.
@@ -20,10 +20,10 @@
 //     wrap the store's ErrBadOption.
 //   - Base: a store's name, options and background work (the sweeper, a
 //     watch poller or listener), its Close, and the sweeper's loop.
-//   - Watches: the waiters of idem.Notifier's Watch, woken in process by
+//   - Watches: the waiters of store.Notifier's Watch, woken in process by
 //     the store's own writes and, with a Read function, by a poller for
 //     other processes' writes.
-//   - CommitEnded, CommitFailed, CheckStatus and IgnoreTxDone: the shared
+//   - CommitEnded, CommitFailed and IgnoreTxDone: the shared
 //     decisions of an exactly-once commit with its token check.
 //
 // It depends on the standard library and idem's core only: no driver.

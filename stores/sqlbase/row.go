@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // RecordColumns are the columns of a record's row, in the order of Row's
@@ -22,8 +22,8 @@ const RecordColumns = "fingerprint, state, status, headers, body, body_omitted, 
 type Row struct {
 	Fingerprint []byte
 	State       sql.NullInt64 // 1 in progress, 2 completed
-	Status      sql.NullInt64 // NULL while in progress
-	Header      []byte        // idem.AppendHeader's encoding; nil (NULL) for no header
+	Status      sql.NullInt64 // NULL, except in a completed row written before results were opaque
+	Header      []byte        // the result's Head (with a Status: the legacy header bytes)
 	Body        []byte
 	BodyOmitted bool
 	CreatedAt   sql.NullTime
@@ -33,37 +33,32 @@ type Row struct {
 
 // Record converts the row to a record, checking that it is one a store can
 // have written; otherwise it returns an error wrapping
-// idem.ErrCorruptRecord (a NULL where a value must be, a state other than
-// 1 or 2, a status outside 200 to 599, a malformed headers column). The
-// times are kept as they are (in their location); a NULL lease end is the
-// zero time.
-func (r *Row) Record() (idem.Record, error) {
+// store.ErrCorruptRecord (a NULL where a value must be, a state other
+// than 1 or 2, a completed row without a head). A completed row with a
+// status was written before results were opaque: its head is
+// store.LegacyHead of the status and the headers column. The times are
+// kept as they are (in their location); a NULL lease end is the zero
+// time.
+func (r *Row) Record() (store.Record, error) {
 	if !r.State.Valid || !r.CreatedAt.Valid || !r.ExpiresAt.Valid {
-		return idem.Record{}, fmt.Errorf("%w: state, created_at or expires_at is NULL", idem.ErrCorruptRecord)
+		return store.Record{}, fmt.Errorf("%w: state, created_at or expires_at is NULL", store.ErrCorruptRecord)
 	}
 	if r.State.Int64 < 0 || r.State.Int64 > 255 {
-		return idem.Record{}, fmt.Errorf("%w: state %d", idem.ErrCorruptRecord, r.State.Int64)
+		return store.Record{}, fmt.Errorf("%w: state %d", store.ErrCorruptRecord, r.State.Int64)
 	}
-	rec := idem.Record{
+	rec := store.Record{
 		Fingerprint: string(r.Fingerprint),
-		State:       idem.State(r.State.Int64),
+		State:       store.State(r.State.Int64),
 		CreatedAt:   r.CreatedAt.Time,
 		ExpiresAt:   r.ExpiresAt.Time,
 	}
 	if r.LeaseEnd.Valid {
 		rec.LeaseEnd = r.LeaseEnd.Time
 	}
-	if rec.State == idem.StateCompleted {
-		if !r.Status.Valid {
-			return idem.Record{}, fmt.Errorf("%w: completed with a NULL status", idem.ErrCorruptRecord)
-		}
-		rec.Response = &idem.Response{Status: int(r.Status.Int64), Body: r.Body, BodyOmitted: r.BodyOmitted}
-		if r.Header != nil {
-			h, err := idem.ParseHeader(r.Header)
-			if err != nil {
-				return idem.Record{}, err
-			}
-			rec.Response.Header = h
+	if rec.State == store.Completed {
+		rec.Result = store.Result{Head: r.Header, Body: r.Body, BodyOmitted: r.BodyOmitted}
+		if r.Status.Valid {
+			rec.Result.Head = store.LegacyHead(int(r.Status.Int64), r.Header)
 		}
 	}
 	return rec, rec.Check()
@@ -96,7 +91,7 @@ func (r *MicroRow) Scan(row *sql.Row) (bool, error) {
 
 // Record converts the row to a record as Row.Record does, its times in
 // UTC (FromMicro).
-func (r *MicroRow) Record() (idem.Record, error) {
+func (r *MicroRow) Record() (store.Record, error) {
 	row := Row{
 		Fingerprint: r.Fingerprint,
 		State:       r.State,

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // ErrTxFailed is wrapped by the error of an exactly-once commit that
@@ -14,23 +14,15 @@ import (
 // so its writes may be gone, but its response reports success.
 var ErrTxFailed = errors.New("the handler's transaction was ended or failed, but its response reports success")
 
-// CheckStatus returns an error, prefixed with the store's name, when
-// status is not one a record can keep (idem.MinStatus to idem.MaxStatus).
-func CheckStatus(name string, status int) error {
-	if status < idem.MinStatus || status > idem.MaxStatus {
-		return fmt.Errorf("%s: complete: status %d is not %d to %d", name, status, idem.MinStatus, idem.MaxStatus)
-	}
-	return nil
-}
-
 // CommitEnded is the end of an exactly-once Commit whose transaction the
 // handler (or the server) ended or failed before the engine could commit
-// the record in it. An answer of 400 or more says that nothing happened,
-// which is what remains, so it is stored on its own (complete is the
-// store's token-checked Complete); one below 400 is refused with an error
-// wrapping ErrTxFailed, and the engine answers 500 and releases the key.
-func CommitEnded(name string, status int, complete func() error) error {
-	if status < 400 {
+// the record in it. A failed outcome (store.Completion.Failed: an HTTP
+// 4xx, a final error) says that nothing happened, which is what remains,
+// so it is stored on its own (complete is the store's token-checked
+// Complete); any other is refused with an error wrapping ErrTxFailed, and
+// the engine answers 500 and releases the key.
+func CommitEnded(name string, failed bool, complete func() error) error {
+	if !failed {
 		return fmt.Errorf("%s: commit: %w", name, ErrTxFailed)
 	}
 	return complete()
@@ -38,10 +30,10 @@ func CommitEnded(name string, status int, complete func() error) error {
 
 // CommitFailed is the error of an exactly-once Commit whose completion
 // failed with err, after which it rolled back with rollbackErr: err itself
-// when it is idem.ErrLeaseLost (the record is not the claim's any more),
+// when it is store.ErrLeaseLost (the record is not the claim's any more),
 // otherwise err, prefixed with the store's name, joined with rollbackErr.
 func CommitFailed(name string, err, rollbackErr error) error {
-	if errors.Is(err, idem.ErrLeaseLost) {
+	if errors.Is(err, store.ErrLeaseLost) {
 		return err
 	}
 	return errors.Join(fmt.Errorf("%s: commit: %w", name, err), rollbackErr)
@@ -59,7 +51,7 @@ func IgnoreTxDone(err error) error {
 // WriteResult is the outcome of a token-checked write (a Complete,
 // Release, Evict or Extend) that ran as one statement, changed n rows and
 // failed with err: err prefixed with the store's name and the operation
-// ("release"), idem.ErrLeaseLost when it changed no row (the token does
+// ("release"), store.ErrLeaseLost when it changed no row (the token does
 // not hold the record any more, or it is gone), nil when it changed the
 // record.
 func WriteResult(name, op string, n int64, err error) error {
@@ -67,7 +59,7 @@ func WriteResult(name, op string, n int64, err error) error {
 	case err != nil:
 		return fmt.Errorf("%s: %s: %w", name, op, err)
 	case n == 0:
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	return nil
 }
