@@ -78,7 +78,7 @@ var contractTests = []storeTest{
 	{"ClaimOnEmpty", testClaimOnEmpty},
 	{"ClaimLiveLeaseReturnsExisting", testClaimLiveLease},
 	{"ClaimAbandonedLeaseTakesOver", testClaimAbandonedLease},
-	{"ClaimCompletedReturnsResponse", testClaimCompleted},
+	{"ClaimCompletedReturnsResult", testClaimCompleted},
 	{"ClaimExpiredCompletedTakesOver", testClaimExpiredCompleted},
 	{"CompleteWrongToken", testCompleteWrongToken},
 	{"CompleteMissingRecord", testCompleteMissing},
