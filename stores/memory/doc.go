@@ -53,8 +53,8 @@
 //
 // # Shared results
 //
-// Complete keeps a copy of the Result's Head and Body it is handed (in one
-// allocation): the caller reuses that memory once Complete returns. Every
+// Complete keeps a copy of the Result's Head and Body it is handed: the
+// caller reuses that memory once Complete returns. Every
 // Record the store hands out afterwards (as ClaimResult.Existing or from
 // Get) is a fresh copy of the record, but its Result's Head and Body share
 // the one stored copy, which is never changed again. Callers must treat

@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -604,17 +605,14 @@ func (s *Store) notify(k store.Ref) {
 }
 
 // storedResult returns the result Complete keeps: a copy of r's Head and
-// Body in one allocation of the store's own, so that nothing the caller
-// does to that memory afterwards reaches a replay. An empty Body is kept
-// as nil.
+// Body of the store's own, so that nothing the caller does to that memory
+// afterwards reaches a replay. An empty Body is kept as nil. Head and Body
+// are two allocations: in one, a body of a whole number of pages (64 KiB)
+// would take a page more for its few head bytes.
 func storedResult(r *store.Result) store.Result {
-	nh := len(r.Head)
-	buf := make([]byte, nh+len(r.Body))
-	copy(buf, r.Head)
-	copy(buf[nh:], r.Body)
-	c := store.Result{Head: buf[:nh:nh], BodyOmitted: r.BodyOmitted}
+	c := store.Result{Head: bytes.Clone(r.Head), BodyOmitted: r.BodyOmitted}
 	if len(r.Body) > 0 {
-		c.Body = buf[nh:]
+		c.Body = bytes.Clone(r.Body)
 	}
 	return c
 }
