@@ -1,6 +1,8 @@
 package sqlitestore
 
 import (
+	"context"
+	"database/sql"
 	"net/http"
 	"testing"
 
@@ -19,6 +21,25 @@ func TestConformance(t *testing.T) {
 // must keep the same contract.
 func TestConformanceExactlyOnce(t *testing.T) {
 	conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, nil).ExactlyOnce() })
+}
+
+// TestTxEnded runs the shared check of Commit after the handler ended
+// its transaction, committing it and rolling it back.
+func TestTxEnded(t *testing.T) {
+	for name, end := range map[string]func(*sql.Tx) error{"committed": (*sql.Tx).Commit, "rolled back": (*sql.Tx).Rollback} {
+		t.Run(name, func(t *testing.T) {
+			conformance.RunTxEnded(t, func(t *testing.T) store.Store { return newStore(t, nil).ExactlyOnce() },
+				func(t *testing.T, ctx context.Context) {
+					tx, ok := Tx(ctx)
+					if !ok {
+						t.Fatal("no transaction in the context Tx.Context returned")
+					}
+					if err := end(tx); err != nil {
+						t.Fatal(err)
+					}
+				})
+		})
+	}
 }
 
 // TestHTTP runs the HTTP behaviour suite through the core's net/http

@@ -56,6 +56,10 @@ func TestLegacyRecord(t *testing.T) {
 		{"legacy-no-headers", http.StatusNoContent, nil, nil, false},
 		{"legacy-empty-body", http.StatusOK, oldHeader(), []byte{}, false},
 		{"legacy-body-omitted", http.StatusOK, header, nil, true},
+		// Rows no engine can have written: the store returns them as they
+		// are, and the engine, which reads the head, refuses them.
+		{"legacy-bad-status", 700, header, []byte("x"), false},
+		{"legacy-bad-headers", http.StatusOK, []byte{0xff, 0x01}, []byte("x"), false},
 	}
 	q := `INSERT INTO ` + quoteIdent(s.Table()) + ` (scope, "key", fingerprint, token, state, status, headers, body, body_omitted,
   created_at, lease_end, expires_at) VALUES (?, ?, ?, 'old-token', 2, ?, ?, ?, ?, ?, NULL, ?)`
@@ -95,7 +99,8 @@ func TestLegacyRecord(t *testing.T) {
 
 	// Through an engine and the net/http middleware: the retry of the
 	// request that wrote the row is answered from it, the handler never
-	// runs.
+	// runs; a row with a bad status or header bytes is answered 503, never
+	// replayed.
 	e, err := idem.New(s, idem.WithLogger(quietLog))
 	if err != nil {
 		t.Fatal(err)
@@ -113,9 +118,14 @@ func TestLegacyRecord(t *testing.T) {
 		header http.Header
 		body   string
 	}{
-		{"legacy", http.StatusCreated, http.Header{"Content-Type": {"application/json"}, "X-Order": {"7"}}, `{"id":7}`},
-		{"legacy-no-headers", http.StatusNoContent, nil, ""},
-		{"legacy-empty-body", http.StatusOK, nil, ""},
+		{"legacy", http.StatusCreated, http.Header{"Content-Type": {"application/json"}, "X-Order": {"7"},
+			"Idempotent-Replayed": {"true"}}, `{"id":7}`},
+		{"legacy-no-headers", http.StatusNoContent, http.Header{"Idempotent-Replayed": {"true"}}, ""},
+		{"legacy-empty-body", http.StatusOK, http.Header{"Idempotent-Replayed": {"true"}}, ""},
+		{"legacy-body-omitted", http.StatusOK, http.Header{"X-Order": {"7"}, "Idempotent-Replayed": {"true"},
+			idem.HeaderBodyOmitted: {"true"}}, ""},
+		{"legacy-bad-status", http.StatusServiceUnavailable, nil, ""},
+		{"legacy-bad-headers", http.StatusServiceUnavailable, nil, ""},
 	} {
 		t.Run("engine/"+tc.key, func(t *testing.T) {
 			req, _ := http.NewRequest("POST", srv.URL+"/orders", strings.NewReader(reqBody))
@@ -126,8 +136,11 @@ func TestLegacyRecord(t *testing.T) {
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != tc.status || string(body) != tc.body || resp.Header.Get("Idempotent-Replayed") != "true" {
-				t.Fatalf("replay: %d %q %v; want %d %q, replayed", resp.StatusCode, body, resp.Header, tc.status, tc.body)
+			if resp.StatusCode != tc.status || tc.status != http.StatusServiceUnavailable && string(body) != tc.body {
+				t.Fatalf("replay: %d %q %v; want %d %q", resp.StatusCode, body, resp.Header, tc.status, tc.body)
+			}
+			if tc.status == http.StatusServiceUnavailable && resp.Header.Get("Idempotent-Replayed") != "" {
+				t.Errorf("a corrupt record was replayed: %v", resp.Header)
 			}
 			for name, vals := range tc.header {
 				if got := resp.Header.Values(name); len(got) != len(vals) || got[0] != vals[0] {
