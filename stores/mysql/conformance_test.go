@@ -1,6 +1,8 @@
 package mysqlstore
 
 import (
+	"context"
+	"database/sql"
 	"net/http"
 	"testing"
 
@@ -21,6 +23,26 @@ func TestConformance(t *testing.T) {
 func TestConformanceExactlyOnce(t *testing.T) {
 	db := newDB(t, 16)
 	conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, db).ExactlyOnce() })
+}
+
+// TestTxEnded runs the shared check of Commit after the handler ended
+// its transaction, with the *sql.Tx's Commit and with its Rollback.
+func TestTxEnded(t *testing.T) {
+	db := newDB(t, 16)
+	for name, end := range map[string]func(*sql.Tx) error{"committed": (*sql.Tx).Commit, "rolled back": (*sql.Tx).Rollback} {
+		t.Run(name, func(t *testing.T) {
+			conformance.RunTxEnded(t, func(t *testing.T) store.Store { return newStore(t, db).ExactlyOnce() },
+				func(t *testing.T, ctx context.Context) {
+					tx := Tx(ctx)
+					if tx == nil {
+						t.Fatal("no transaction in the context Tx.Context returned")
+					}
+					if err := end(tx); err != nil {
+						t.Fatal(err)
+					}
+				})
+		})
+	}
 }
 
 // TestHTTP runs the HTTP behaviour suite through the core's net/http

@@ -36,12 +36,21 @@ var legacyHeader = slices.Concat(
 )
 
 // legacyRows are the rows of the tests: with headers and a body, with no
-// headers (NULL) and no body (NULL), with an empty header list and its
-// body omitted.
+// headers (NULL) and no body (NULL), with an empty header list and an
+// empty body, with its body omitted.
 var legacyRows = []legacyRow{
 	{status: 201, header: legacyHeader, body: []byte(`{"id":7}`)},
 	{status: 204},
-	{status: 200, header: []byte{1, 0}, omitted: true},
+	{status: 200, header: []byte{1, 0}, body: []byte{}},
+	{status: 200, header: legacyHeader, omitted: true},
+}
+
+// badLegacyRows are old rows that no store can have written: a status no
+// response has, header bytes in no format. The store returns them as it
+// returns any old row; the engine, which reads the head, refuses them.
+var badLegacyRows = []legacyRow{
+	{status: 700, header: legacyHeader, body: []byte("x")},
+	{status: 200, header: []byte{0xff, 0x01}, body: []byte("x")},
 }
 
 // insertLegacy writes r with raw SQL, as the old store's completion left
@@ -86,7 +95,7 @@ func TestLegacyRecord(t *testing.T) {
 				st = s.ExactlyOnce()
 			}
 			ctx := t.Context()
-			for i, r := range legacyRows {
+			for i, r := range slices.Concat(legacyRows, badLegacyRows) {
 				c := claimAt(fmt.Sprint("legacy-", i), "fp", "new", t0.Add(time.Minute), time.Minute)
 				insertLegacy(t, s, c.Scope, c.Key, "fp", "old", r, t0, t0.Add(time.Hour))
 				want := r.want()
@@ -134,7 +143,9 @@ func TestLegacyRecord(t *testing.T) {
 
 // An engine replays a completed row written before results were opaque
 // as it did: its status, its headers and its body, without running the
-// handler, in both modes, through the net/http middleware.
+// handler, in both modes, through the net/http middleware. An old row it
+// cannot read is answered 503, never replayed, and the handler does not
+// run either.
 func TestLegacyRecordThroughEngine(t *testing.T) {
 	for _, mode := range []string{"plain", "exactly once"} {
 		t.Run(mode, func(t *testing.T) {
@@ -162,7 +173,8 @@ func TestLegacyRecordThroughEngine(t *testing.T) {
 				h.ServeHTTP(w, req)
 				return w.Result()
 			}
-			for i, r := range legacyRows {
+			for i, r := range slices.Concat(legacyRows, badLegacyRows) {
+				bad := i >= len(legacyRows)
 				key := fmt.Sprint("legacy-", i)
 				// The first request writes the row, in the new form, with
 				// the scope and fingerprint the engine gives this
@@ -189,6 +201,12 @@ func TestLegacyRecordThroughEngine(t *testing.T) {
 				if runs != i+1 {
 					t.Fatalf("%d: the handler ran again for an old row (%d runs)", i, runs)
 				}
+				if bad {
+					if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Idempotent-Replayed") != "" {
+						t.Errorf("%d: a corrupt old row answered %d %v, want 503 and no replay", i, resp.StatusCode, resp.Header)
+					}
+					continue
+				}
 				if resp.StatusCode != r.status || resp.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(body, r.body) {
 					t.Fatalf("%d: replay %d %v %q, want %d, replayed, %q", i, resp.StatusCode, resp.Header, body, r.status, r.body)
 				}
@@ -197,9 +215,15 @@ func TestLegacyRecordThroughEngine(t *testing.T) {
 					if resp.Header.Get("Content-Type") != "application/json" || !slices.Equal(resp.Header.Values("X-Order"), []string{"a", "b"}) {
 						t.Errorf("%d: replayed headers %v, want Content-Type application/json and X-Order a, b", i, resp.Header)
 					}
-				case 1:
+				case 1, 2:
 					if resp.Header.Get("Content-Type") != "" || resp.Header.Get("X-Order") != "" {
 						t.Errorf("%d: replayed headers %v, want none stored", i, resp.Header)
+					}
+				case 3:
+					// A row whose body was omitted replays its headers but
+					// those that describe the body.
+					if !slices.Equal(resp.Header.Values("X-Order"), []string{"a", "b"}) {
+						t.Errorf("%d: replayed headers %v, want X-Order a, b", i, resp.Header)
 					}
 				}
 				if got := resp.Header.Get(idem.HeaderBodyOmitted) == "true"; got != r.omitted {
