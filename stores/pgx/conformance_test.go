@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -13,14 +14,14 @@ import (
 // subtest in its own table on one pool.
 func TestConformance(t *testing.T) {
 	p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
-	conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, p) })
+	conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, p) })
 }
 
 // TestConformanceExactlyOnce runs it against the exactly-once view, which
 // must keep the same contract.
 func TestConformanceExactlyOnce(t *testing.T) {
 	p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
-	conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, p).ExactlyOnce() })
+	conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, p).ExactlyOnce() })
 }
 
 // TestHTTP runs the HTTP behaviour suite through the core's net/http
@@ -28,13 +29,13 @@ func TestConformanceExactlyOnce(t *testing.T) {
 // touch the transaction, which exactly-once mode must allow.
 func TestHTTP(t *testing.T) {
 	p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 32 })
-	for name, wrap := range map[string]func(*Store) idem.Store{
-		"plain":        func(s *Store) idem.Store { return s },
-		"exactly once": func(s *Store) idem.Store { return s.ExactlyOnce() },
+	for name, wrap := range map[string]func(*Store) store.Store{
+		"plain":        func(s *Store) store.Store { return s },
+		"exactly once": func(s *Store) store.Store { return s.ExactlyOnce() },
 	} {
 		t.Run(name, func(t *testing.T) {
 			conformance.RunHTTP(t, conformance.Harness{
-				NewStore: func(t *testing.T) idem.Store { return wrap(newStore(t, p)) },
+				NewStore: func(t *testing.T) store.Store { return wrap(newStore(t, p)) },
 				Handler: func(t *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
 					return f.ServeMux(e.Middleware)
 				},
