@@ -9,7 +9,6 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/core/store"
 	pgxstore "github.com/idemkit/idem/stores/pgx"
 	"github.com/jackc/pgx/v5/pgxpool"
 )

@@ -37,7 +37,6 @@ var legacyHeader = []byte("\x01\x03" +
 func TestLegacyRecord(t *testing.T) {
 	s := newStore(t, nil)
 	ctx := t.Context()
-	scope := idem.Scope("", "POST", "/orders")
 	const reqBody = `{"amount":4200}`
 
 	var runs int
@@ -62,17 +61,17 @@ func TestLegacyRecord(t *testing.T) {
 	}
 	plain := serve(s)
 
-	// A first request through today's engine gives the request's
-	// fingerprint, and a row in today's format.
+	// A first request through today's engine gives the request's scope
+	// and fingerprint, and a row in today's format.
 	if rec := post(plain, "probe"); rec.Code != http.StatusAccepted || runs != 1 {
 		t.Fatalf("first request: %d after %d runs", rec.Code, runs)
 	}
 	var (
-		fp      []byte
-		status  *int32
-		headers []byte
+		scope, fp []byte
+		status    *int32
+		headers   []byte
 	)
-	if err := s.db.QueryRow(ctx, `SELECT fingerprint, status, headers FROM `+quoted(s.table)+` WHERE key = 'probe'`).Scan(&fp, &status, &headers); err != nil {
+	if err := s.db.QueryRow(ctx, `SELECT scope, fingerprint, status, headers FROM `+quoted(s.table)+` WHERE key = 'probe'`).Scan(&scope, &fp, &status, &headers); err != nil {
 		t.Fatal(err)
 	}
 	if status != nil || len(headers) == 0 {
@@ -86,21 +85,22 @@ func TestLegacyRecord(t *testing.T) {
 		(scope, key, fingerprint, token, state, status, headers, body, body_omitted, created_at, lease_end, expires_at)
 		VALUES ($1, 'legacy', $2, 'old-token', 2, 201, $3, '{"id":7}', false, $4, NULL, $5),
 		       ($1, 'legacy-omitted', $2, 'old-token', 2, 200, $3, NULL, true, $4, NULL, $5)`,
-		[]byte(scope), fp, legacyHeader, now.Add(-time.Minute), now.Add(time.Hour)); err != nil {
+		scope, fp, legacyHeader, now.Add(-time.Minute), now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 
 	want := store.Result{Head: store.LegacyHead(201, legacyHeader), Body: []byte(`{"id":7}`)}
-	got, ok, err := s.Get(ctx, ref(scope, "legacy"), now)
+	got, ok, err := s.Get(ctx, ref(string(scope), "legacy"), now)
 	if err != nil || !ok || got.State != store.Completed || got.Fingerprint != string(fp) || !reflect.DeepEqual(got.Result, want) {
 		t.Fatalf("Get = %+v, %v, %v; want the result %+v", got, ok, err, want)
 	}
-	res, err := s.Claim(ctx, claimAt("legacy", string(fp), "new-token", now, time.Minute))
+	c := store.Claim{Scope: string(scope), Key: "legacy", Fingerprint: string(fp), Token: "new-token", Now: now, LeaseEnd: now.Add(time.Minute)}
+	res, err := s.Claim(ctx, c)
 	if err != nil || res.Acquired || res.Existing.State != store.Completed || !reflect.DeepEqual(res.Existing.Result, want) {
 		t.Fatalf("Claim = %+v, %v; want the existing result %+v", res.Existing, err, want)
 	}
 	omitted := store.Result{Head: store.LegacyHead(200, legacyHeader), BodyOmitted: true}
-	if got, ok, err := s.Get(ctx, ref(scope, "legacy-omitted"), now); err != nil || !ok || !reflect.DeepEqual(got.Result, omitted) {
+	if got, ok, err := s.Get(ctx, ref(string(scope), "legacy-omitted"), now); err != nil || !ok || !reflect.DeepEqual(got.Result, omitted) {
 		t.Fatalf("Get of a row without its body = %+v, %v, %v; want %+v", got.Result, ok, err, omitted)
 	}
 
