@@ -106,6 +106,16 @@ func decodeResult(res store.Result) (*Response, error) {
 		return nil, err
 	}
 	resp.Status, resp.Header = int(status), h
+	if res.BodyOmitted {
+		// A store that dropped the body (its own size bound) kept the head
+		// as the engine encoded it: the headers that describe the body's
+		// bytes go with the body, as in WithoutBody.
+		for k := range h {
+			if describesBody(k) {
+				delete(h, k)
+			}
+		}
+	}
 	return resp, nil
 }
 
