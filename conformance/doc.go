@@ -2,8 +2,8 @@
 // parts must behave. A store or adapter passes its suite, or it is not done.
 //
 // [RunStore] checks a [store.Store], and every optional capability it
-// implements, against the store contract. The memory, Redis, PostgreSQL and
-// MySQL stores run it from their tests, and a store written outside this
+// implements, against the store contract. The memory, Redis, PostgreSQL,
+// MySQL, SQLite and DynamoDB stores run it from their tests, and a store written outside this
 // repository should too. Each rule is a subtest of its own:
 //
 //   - Claim takes a key that has no record, whose record has expired
