@@ -10,6 +10,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -106,7 +107,7 @@ func TestWALPerRequest(t *testing.T) {
 	insertOrder := `INSERT INTO ` + quoted(orders) + ` (ref, amount) VALUES ($1, $2)`
 	body := `{"id":"ord_123","status":"paid","amount":4200}`
 
-	serve := func(st idem.Store, h http.HandlerFunc) func(key, reqBody string) int {
+	serve := func(st store.Store, h http.HandlerFunc) func(key, reqBody string) int {
 		e, err := idem.New(st, idem.WithLogger(quietLog),
 			idem.WithFingerprint(func(_ *http.Request, body []byte) string { return string(body) }))
 		if err != nil {
@@ -162,9 +163,9 @@ func TestWALPerRequest(t *testing.T) {
 	if res, err := s.Claim(ctx, inFlight); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	extend := func(x idem.Extender) {
+	extend := func(x store.Extender) {
 		now := time.Now()
-		if err := x.Extend(ctx, inFlight.Scope, inFlight.Key, inFlight.Token, now, now.Add(24*time.Hour)); err != nil {
+		if err := x.Extend(ctx, inFlight.Hold(), now, now.Add(24*time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
