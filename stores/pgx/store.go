@@ -77,6 +77,7 @@ type config struct {
 	sqlbase.Options
 	sweepSet bool // WithSweepInterval was given
 	notify   bool
+	async    bool // WithAsyncClaims
 }
 
 // WithTable sets the table the store uses. The default is DefaultTable
@@ -109,6 +110,22 @@ func WithSweepInterval(d time.Duration) Option {
 // and the engine falls back to polling.
 func WithNotify(enabled bool) Option {
 	return func(c *config) { c.notify = enabled }
+}
+
+// WithAsyncClaims makes a plain store's claims commit without waiting for
+// their WAL flush (synchronous_commit off for the claim's statement
+// alone), so that a first request flushes WAL once, at its completion,
+// not twice: WAL is flushed in order, so the completion's flush makes the
+// claim durable too. It is off by default, because it changes what a
+// crash of the database server allows: a claim taken within about three
+// wal_writer_delay (600 ms by default) before the crash may be lost, and
+// a retry after the server is back then runs the handler again even though
+// the first run may still be going on (on a live instance that outlived
+// the database). Replays, conflicts and completions are unaffected.
+// Exactly-once mode (ExactlyOnce) always claims so, since there the crash
+// also ends the handler's transaction. See "Durability" in README.
+func WithAsyncClaims() Option {
+	return func(c *config) { c.async = true }
 }
 
 // WithLogger sets where the background sweeper and the listener report
@@ -214,10 +231,16 @@ func (s *Store) Close() error {
 
 // Claim implements store.Store in one statement (see the package doc for
 // the SQL and why it is race-safe and writes nothing unless it takes the
-// key). An in-progress record whose lease has ended is not taken over
+// key; with WithAsyncClaims, without waiting for its WAL flush). An
+// in-progress record whose lease has ended is not taken over
 // while a live exactly-once transaction holds it: Claim returns it, in
 // progress, after a second look, without waiting for that transaction.
 func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
+	if s.cfg.async {
+		if _, inTx := s.db.(pgx.Tx); !inTx {
+			return s.claim(ctx, s.q.claimNoSync, c)
+		}
+	}
 	return s.claim(ctx, s.q.claim, c)
 }
 

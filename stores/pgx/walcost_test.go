@@ -138,6 +138,12 @@ func TestWALPerRequest(t *testing.T) {
 		reply(w)
 	})
 	plain := serve(s, func(w http.ResponseWriter, r *http.Request) { reply(w) })
+	asyncStore, err := New(p, WithTable(s.Table()), WithSweepInterval(0), WithNotify(false), WithAsyncClaims())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { asyncStore.Close() })
+	async := serve(asyncStore, func(w http.ResponseWriter, r *http.Request) { reply(w) })
 	bare := func(ref string) {
 		tx, err := p.Begin(ctx)
 		if err == nil {
@@ -181,6 +187,7 @@ func TestWALPerRequest(t *testing.T) {
 	for i := range 20 {
 		want(exactlyOnce(newKey(), "x"), http.StatusCreated)
 		want(plain(newKey(), "x"), http.StatusCreated)
+		want(async(newKey(), "x"), http.StatusCreated)
 		bare(newKey())
 		answers(i)
 	}
@@ -200,6 +207,7 @@ func TestWALPerRequest(t *testing.T) {
 		{"replay, 409, 422", 3, func() { answers(0) }},
 		{"plain heartbeat", 1, func() { extend(s) }},
 		{"exactly-once heartbeat", 1, func() { extend(s.ExactlyOnce()) }},
+		{"plain first, async", 1, func() { want(async(newKey(), "x"), http.StatusCreated) }},
 	}
 	got := make([]cost, len(phases))
 	done := make([]bool, len(phases))
@@ -214,7 +222,7 @@ func TestWALPerRequest(t *testing.T) {
 			}
 			c, quiet := measure(t, p, flushes, n, func(int) { ph.run() })
 			windows++
-			if i == 0 || i == 2 {
+			if i == 0 || i == 2 || i == 6 {
 				completions += n
 			}
 			if quiet {
@@ -236,7 +244,7 @@ func TestWALPerRequest(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	eo, base, pl, ans, beat, eoBeat := got[0], got[1], got[2], got[3], got[4], got[5]
+	eo, base, pl, ans, beat, eoBeat, asy := got[0], got[1], got[2], got[3], got[4], got[5], got[6]
 	upd, hot := tableUpdates(t, p, s.Table())
 	upd, hot = upd-upd0, hot-hot0
 	t.Logf("completions: %d updates, %d HOT (%.0f%%)", upd, hot, 100*float64(hot)/float64(max(upd, 1)))
@@ -248,6 +256,9 @@ func TestWALPerRequest(t *testing.T) {
 	}
 	if pl.flushes < 1.9 || pl.flushes > 2.1 {
 		t.Errorf("a plain first request flushes WAL %.2f times, want 2", pl.flushes)
+	}
+	if asy.flushes < 0.9 || asy.flushes > 1.1 {
+		t.Errorf("a plain first request with WithAsyncClaims flushes WAL %.2f times, want 1", asy.flushes)
 	}
 	// (TestReplayWritesNothing checks transaction ids and row versions.)
 	if ans.flushes > 0.02 || ans.records > 0.05 || ans.bytes > 5 {
