@@ -62,11 +62,13 @@ func TestLegacyItems(t *testing.T) {
 		t.Fatal(err)
 	}
 	var runs atomic.Int32
-	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		w.Header().Set("X-Fresh", "yes")
 		io.WriteString(w, "fresh")
-	}))
+	})
+	h := e.Middleware()(mux)
 	post := func(key string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item":"book"}`))
 		req.Header.Set("Idempotency-Key", key)
