@@ -2,10 +2,15 @@ package dynamostore
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,6 +152,87 @@ func TestLargeResults(t *testing.T) {
 			}
 			if size := itemSize(item); tc.overBound != (size > bound) || size > MaxItemSize {
 				t.Errorf("item of %d bytes; want it over %d: %v", size, bound, tc.overBound)
+			}
+		})
+	}
+}
+
+// TestEngineLargeResults puts responses through an engine's net/http
+// middleware on a store with 8 KiB items: a body in chunks replays
+// exactly; a body too large even for chunks is left out, and the replay
+// keeps the status and the headers (without those that describe the
+// body's bytes); a head too large for the item as it is is gzipped and
+// replays whole.
+func TestEngineLargeResults(t *testing.T) {
+	client := newClient(t)
+	s := newStore(t, client, append(newTable(t, client), WithMaxItemSize(minItemSize))...)
+	e, err := idem.New(s, idem.WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigHeader := hex.EncodeToString(randomBytes(3500)) // 7000 characters, gzip halves them
+	bodies := map[string][]byte{"chunks": randomBytes(20 << 10), "omitted": randomBytes(900 << 10), "big-head": randomBytes(4 << 10)}
+	var runs atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /r/{name}", func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		name := r.PathValue("name")
+		w.Header().Set("X-Order", name)
+		w.Header().Set("ETag", `"v1"`)
+		if name == "big-head" {
+			w.Header().Set("X-Big", bigHeader)
+		}
+		w.WriteHeader(http.StatusCreated)
+		w.Write(bodies[name])
+	})
+	srv := httptest.NewServer(e.Middleware()(mux))
+	defer srv.Close()
+	post := func(name string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("POST", srv.URL+"/r/"+name, strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", "k-"+name)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, b
+	}
+	for _, name := range []string{"chunks", "omitted", "big-head"} {
+		t.Run(name, func(t *testing.T) {
+			if resp, body := post(name); resp.StatusCode != http.StatusCreated || !bytes.Equal(body, bodies[name]) {
+				t.Fatalf("first request: %d, %d bytes", resp.StatusCode, len(body))
+			}
+			ran := runs.Load()
+			resp, body := post(name)
+			h := resp.Header
+			if resp.StatusCode != http.StatusCreated || runs.Load() != ran || h.Get("Idempotent-Replayed") != "true" || h.Get("X-Order") != name {
+				t.Fatalf("replay: %d after %d runs (%d before), headers %v", resp.StatusCode, runs.Load(), ran, h)
+			}
+			omitted := name == "omitted" || name == "big-head"
+			if got := h.Get(idem.HeaderBodyOmitted) == "true"; got != omitted {
+				t.Fatalf("replay: body omitted %v, want %v", got, omitted)
+			}
+			if omitted {
+				if len(body) != 0 || h.Get("ETag") != "" {
+					t.Fatalf("replay of an omitted body: %d bytes, ETag %q", len(body), h.Get("ETag"))
+				}
+			} else if !bytes.Equal(body, bodies[name]) || h.Get("ETag") != `"v1"` {
+				t.Fatalf("replay: %d bytes, ETag %q; want the response", len(body), h.Get("ETag"))
+			}
+			if name == "big-head" && h.Get("X-Big") != bigHeader {
+				t.Fatalf("replay: X-Big of %d characters, want %d", len(h.Get("X-Big")), len(bigHeader))
+			}
+			item := rawItem(t, client, s, idem.Scope("", "POST", "/r/{name}"), "k-"+name)
+			d := decoder{item: item}
+			if c := d.str("headers_coding"); (c == "gzip") != (name == "big-head") {
+				t.Errorf("headers_coding %q", c)
+			}
+			if n := d.num("body_chunks", false); (n > 0) != (name == "chunks") {
+				t.Errorf("body_chunks %d", n)
 			}
 		})
 	}
