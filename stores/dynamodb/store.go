@@ -209,7 +209,9 @@ func (s *Store) claimInput(c *store.Claim) (*dynamodb.PutItemInput, error) {
 // result that would make the item larger than DynamoDB's 400 KB (or
 // WithMaxItemSize) is stored as the package docs say ("Large results"):
 // its body gzipped, or in chunk items written with the record in one
-// TransactWriteItems, or left out; never refused.
+// TransactWriteItems, or left out; never refused. The head is always
+// kept; a result without one, which the engine never passes, is refused
+// with an error, writing nothing.
 func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
 	return s.complete(ctx, "complete", h, &c, nil)
 }
