@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/core/store"
+	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // sessionCounters are the per-session status variables that count a
@@ -269,4 +270,44 @@ func quiet(g counters, n int64) bool {
 		}
 	}
 	return true
+}
+
+// TestExtendBatchTwoStatements: the heartbeat's extends of many claims
+// cost one UPDATE and one SELECT in all, not a statement per claim, and
+// each claim still gets its own answer.
+func TestExtendBatchTwoStatements(t *testing.T) {
+	db := newDB(t, 1) // one session: its counters are this test's alone
+	s := newStore(t, db)
+	ctx := t.Context()
+	now := time.Now()
+	const n = 20
+	xs := make([]store.Extension, n)
+	for i := range xs {
+		c := claimAt("k"+strconv.Itoa(i), "fp", "tok"+strconv.Itoa(i), now, time.Minute)
+		if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+			t.Fatal(res, err)
+		}
+		xs[i] = store.Extension{Hold: c.Hold(), LeaseEnd: now.Add(time.Hour)}
+	}
+	// Two claims are no longer held: one released, one with a stale token.
+	if err := s.Release(ctx, xs[3].Hold); err != nil {
+		t.Fatal(err)
+	}
+	xs[7].Token = "someone else"
+	s0 := status(t, db, "SESSION", sessionCounters)
+	errs := s.ExtendBatch(ctx, now, xs)
+	d := status(t, db, "SESSION", sessionCounters).sub(s0)
+	for i, err := range errs {
+		lost := i == 3 || i == 7
+		if lost && !errors.Is(err, store.ErrLeaseLost) || !lost && err != nil {
+			t.Errorf("claim %d: %v", i, err)
+		}
+	}
+	if d["Com_update"] != 1 || d["Com_select"] != 1 {
+		t.Errorf("%d extends ran %d UPDATEs and %d SELECTs, want 1 and 1", n, d["Com_update"], d["Com_select"])
+	}
+	rec, ok, err := s.Get(ctx, xs[5].Ref, now)
+	if err != nil || !ok || !rec.LeaseEnd.Equal(sqlbase.CeilMicro(now.Add(time.Hour))) {
+		t.Errorf("extended record: %+v %v %v", rec, ok, err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 )
 
@@ -148,6 +149,17 @@ const heldSQL = "SELECT IS_USED_LOCK(" + holdName + ") IS NOT NULL"
 const extendSQL = "UPDATE {{t}} SET lease_end = :lease, expires_at = :lease, state = LAST_INSERT_ID(1)\n" +
 	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
 
+// extendBatchSQL moves the lease of every held claim in :in (scope, key
+// and token) to :lease; :pairs lists the same records by (scope, key) so
+// that the primary key finds them. extendedSQL then reads which of them
+// now hold their token in progress at that lease end: those the update
+// moved (a claim that no longer holds its token cannot hold it again).
+const extendBatchSQL = "UPDATE {{t}} SET lease_end = :lease, expires_at = :lease\n" +
+	"WHERE (scope, `key`) IN (:pairs) AND (scope, `key`, token) IN (:in) AND state = 1"
+
+const extendedSQL = "SELECT scope, `key` FROM {{t}}\n" +
+	"WHERE (scope, `key`) IN (:pairs) AND (scope, `key`, token) IN (:in) AND state = 1 AND lease_end = :lease"
+
 // releaseSQL deletes a held, in-progress claim.
 const releaseSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
 
@@ -204,6 +216,7 @@ const watchSQL = "SELECT scope, `key`, token, state FROM {{t}} WHERE (scope, `ke
 // queries holds the store's statements for one table.
 type queries struct {
 	selectRecord, take, extend, release, delete, evict, get stmt
+	extendBatch, extended                                   stmt
 	mark, holder, hold, unhold, held                        stmt
 	expired, sweepLock, sweepDelete, watch                  stmt
 	complete, commit                                        string // prepared: ? placeholders
@@ -216,6 +229,8 @@ func newQueries(table string) queries {
 		take:         compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease"),
 		extend:       compile(extendSQL, t, "scope", "key", "token", "lease"),
 		release:      compile(releaseSQL, t, "scope", "key", "token"),
+		extendBatch:  compile(extendBatchSQL, t, "lease", "pairs", "in"),
+		extended:     compile(extendedSQL, t, "lease", "pairs", "in"),
 		delete:       compile(deleteSQL, t, "scope", "key"),
 		evict:        compile(evictSQL, t, "scope", "key", "token"),
 		get:          compile(getSQL, t, "scope", "key", "now"),
@@ -366,6 +381,24 @@ func pairList(scopes, keys []string) literal {
 		b = appendLit(b, scopes[i])
 		b = append(b, ", "...)
 		b = appendLit(b, keys[i])
+		b = append(b, ')')
+	}
+	return literal(b)
+}
+
+// tripleList renders holds as an IN list of (scope, key, token).
+func tripleList(hs []store.Hold) literal {
+	var b []byte
+	for i, h := range hs {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '(')
+		b = appendLit(b, scopeKey(h.Scope))
+		b = append(b, ", "...)
+		b = appendLit(b, h.Key)
+		b = append(b, ", "...)
+		b = appendLit(b, h.Token)
 		b = append(b, ')')
 	}
 	return literal(b)

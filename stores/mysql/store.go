@@ -123,7 +123,8 @@ func WithLogger(l *slog.Logger) Option {
 
 // Store is a store.Store on MySQL 8.0+ or MariaDB 10.6+ (InnoDB). It
 // implements store.Getter, store.Deleter, store.ExpiredDeleter,
-// store.Extender, store.Evicter, store.Clock and store.Notifier;
+// store.Extender, store.BatchExtender, store.Evicter, store.Clock and
+// store.Notifier;
 // ExactlyOnce returns a view of it that also implements store.TxBeginner.
 //
 // Every method but the sweeper's runs single statements that commit on
@@ -150,6 +151,7 @@ var (
 	_ store.Deleter        = (*Store)(nil)
 	_ store.ExpiredDeleter = (*Store)(nil)
 	_ store.Extender       = (*Store)(nil)
+	_ store.BatchExtender  = (*Store)(nil)
 	_ store.Evicter        = (*Store)(nil)
 	_ store.Clock          = (*Store)(nil)
 	_ store.Notifier       = (*Store)(nil)
@@ -453,6 +455,74 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("mysqlstore: now: %w", err)
 	}
 	return sqlbase.FromMicro(us), nil
+}
+
+// ExtendBatch implements store.BatchExtender in two statements whatever
+// the number of claims (per distinct lease end; the engine's heartbeat
+// gives one): an UPDATE of every claim its token still holds, then a
+// SELECT of which ones it moved, by primary key both.
+func (s *Store) ExtendBatch(ctx context.Context, now time.Time, xs []store.Extension) []error {
+	errs := make([]error, len(xs))
+	byLease := map[int64][]int{}
+	var order []int64
+	for i, x := range xs {
+		us := sqlbase.CeilMicro(x.LeaseEnd).UnixMicro()
+		if _, ok := byLease[us]; !ok {
+			order = append(order, us)
+		}
+		byLease[us] = append(byLease[us], i)
+	}
+	for _, us := range order {
+		idx := byLease[us]
+		held, err := s.extendGroup(ctx, us, xs, idx)
+		for _, i := range idx {
+			switch {
+			case err != nil:
+				errs[i] = err
+			case !held[store.Ref{Scope: scopeKey(xs[i].Scope), Key: xs[i].Key}]:
+				errs[i] = store.ErrLeaseLost
+			}
+		}
+	}
+	return errs
+}
+
+// extendGroup extends the claims xs[idx] to the lease end us, and returns
+// the records (by stored scope) that now hold their claims at it.
+func (s *Store) extendGroup(ctx context.Context, us int64, xs []store.Extension, idx []int) (map[store.Ref]bool, error) {
+	scopes, keys, hs := make([]string, len(idx)), make([]string, len(idx)), make([]store.Hold, len(idx))
+	for j, i := range idx {
+		scopes[j], keys[j], hs[j] = scopeKey(xs[i].Scope), xs[i].Key, xs[i].Hold
+	}
+	pairs, in := pairList(scopes, keys), tripleList(hs)
+	update := s.q.extendBatch.render(us, pairs, in)
+	var err error
+	for attempt := 0; ; attempt++ {
+		if _, err = s.db.ExecContext(ctx, update); !deadlock(err) || attempt == maxClaimAttempts-1 {
+			break
+		}
+		deadlockRetries.Add(1)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: extend: %w", err)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.extended.render(us, pairs, in))
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: extend: %w", err)
+	}
+	defer rows.Close()
+	held := make(map[store.Ref]bool, len(idx))
+	for rows.Next() {
+		var scope, key []byte
+		if err := rows.Scan(&scope, &key); err != nil {
+			return nil, fmt.Errorf("mysqlstore: extend: %w", err)
+		}
+		held[store.Ref{Scope: string(scope), Key: string(key)}] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mysqlstore: extend: %w", err)
+	}
+	return held, nil
 }
 
 // Extend implements store.Extender in one statement. Like Complete, it
