@@ -346,7 +346,7 @@ func decodeResult(s string) (store.Result, error) {
 func decodeLegacy(s string) (store.Result, error) {
 	var res store.Result
 	status, rest, ok := uvarint(s)
-	if !ok || rest == "" {
+	if !ok || rest == "" || status > math.MaxInt32 {
 		return res, corrupt("bad legacy response status")
 	}
 	flags := rest[0]
@@ -369,7 +369,7 @@ func decodeLegacy(s string) (store.Result, error) {
 	} else if rest != "" {
 		return res, corrupt("bytes after a nil body")
 	}
-	res.Head = store.LegacyHead(int(min(status, math.MaxInt32)), []byte(h))
+	res.Head = store.LegacyHead(int(status), []byte(h))
 	return res, nil
 }
 
