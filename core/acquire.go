@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // This file is the first half of the lifecycle: acquire claims the key,
@@ -27,7 +29,7 @@ const (
 // outcome of acquire, with what the caller answers from.
 type outcome struct {
 	verdict verdict
-	rec     *Record
+	rec     *record
 	err     error
 }
 
@@ -38,7 +40,7 @@ func (f *flight) acquire() outcome {
 		// This process ran the key and still holds its result, retrying
 		// the completion in the background: never run it again beside it.
 		f.ev.Outcome = OutcomeConflict
-		return outcome{verdict: inFlight, rec: &Record{State: StateInProgress, Fingerprint: f.fp, LeaseEnd: f.now}}
+		return outcome{verdict: inFlight, rec: &record{State: store.InProgress, Fingerprint: f.fp, LeaseEnd: f.now}}
 	}
 	if o, ok := f.cached(); ok {
 		return o
@@ -82,7 +84,7 @@ func (f *flight) confirm() outcome {
 		return f.storeFailure(errors.New("idem: the claim's answer came after its lease had nearly run out, and the store cannot extend it"))
 	}
 	ctx := f.storeCall(false)
-	err := e.extender.Extend(ctx, f.scope, f.key, f.token, now, now.Add(f.lease))
+	err := e.extender.Extend(ctx, f.hold(), now, now.Add(f.lease))
 	e.endCall(ctx, StoreExtend, err, &f.ev.Claim)
 	switch {
 	case err == nil:
@@ -90,24 +92,30 @@ func (f *flight) confirm() outcome {
 		return outcome{verdict: acquired}
 	case errors.Is(err, ErrLeaseLost):
 		f.ev.Outcome, f.ev.Err = OutcomeConflict, err
-		return outcome{verdict: inFlight, rec: &Record{State: StateInProgress, Fingerprint: f.fp, LeaseEnd: now}}
+		return outcome{verdict: inFlight, rec: &record{State: store.InProgress, Fingerprint: f.fp, LeaseEnd: now}}
 	}
 	f.releaseLater()
 	return f.storeFailure(err)
 }
 
+// claimResult is store.ClaimResult with the existing record decoded.
+type claimResult struct {
+	Acquired bool
+	Existing *record
+}
+
 // claim makes one Claim call with a fresh token.
-func (f *flight) claim() (ClaimResult, error) {
+func (f *flight) claim() (claimResult, error) {
 	e := f.e
 	now, err := e.now(f.ctx)
 	if err != nil {
-		return ClaimResult{}, fmt.Errorf("idem: reading the store's clock: %w", err)
+		return claimResult{}, fmt.Errorf("idem: reading the store's clock: %w", err)
 	}
 	f.now = now
 	leaseEnd := f.now.Add(f.lease)
 	f.leaseEnd.Store(leaseEnd.UnixNano())
 	ctx := f.storeCall(false)
-	res, err := e.store.Claim(ctx, Claim{
+	res, err := e.store.Claim(ctx, store.Claim{
 		Scope: f.scope, Key: f.key, Fingerprint: f.fp, Token: f.token,
 		Now: f.now, LeaseEnd: leaseEnd,
 	})
@@ -119,13 +127,21 @@ func (f *flight) claim() (ClaimResult, error) {
 		// The claim may have landed although its answer did not (a
 		// timeout): release it in the background, token-checked.
 		f.releaseLater()
+		return claimResult{}, err
 	}
-	return res, err
+	if res.Acquired {
+		return claimResult{Acquired: true}, nil
+	}
+	rec, err := fromStore(res.Existing)
+	if err != nil {
+		return claimResult{}, fmt.Errorf("idem: %T returned a record it cannot have written: %w", e.store, err)
+	}
+	return claimResult{Existing: rec}, nil
 }
 
 // existing decides from a record that blocked the claim. waited marks a
 // decision made after waiting.
-func (f *flight) existing(rec *Record, waited bool) outcome {
+func (f *flight) existing(rec *record, waited bool) outcome {
 	if err := f.e.unknownSeal(rec); err != nil {
 		// Sealed under a key this engine lacks: its fingerprint cannot be
 		// judged either. Never a replay, never a second run.
@@ -136,10 +152,7 @@ func (f *flight) existing(rec *Record, waited bool) outcome {
 	case !f.sameRequest(rec.Fingerprint):
 		f.ev.Outcome = OutcomeFingerprintMismatch
 		return outcome{verdict: mismatch, rec: rec}
-	case rec.State == StateCompleted:
-		if err := rec.Check(); err != nil {
-			return f.storeFailure(fmt.Errorf("idem: %T returned a record it cannot have written: %w", f.e.store, err))
-		}
+	case rec.State == store.Completed:
 		resp, err := f.e.open(f.scope, f.key, rec.Response)
 		if err != nil {
 			// Never a replay of what does not open, and never a second run.
@@ -181,14 +194,14 @@ func (f *flight) storeFailure(err error) outcome {
 }
 
 // retryAfter is the hint a caller gets with an in-flight verdict.
-func (f *flight) retryAfter(rec *Record) time.Duration {
+func (f *flight) retryAfter(rec *record) time.Duration {
 	return f.e.retryAfter(rec.LeaseEnd.Sub(f.now))
 }
 
 // wait waits for the claim that holds the key to finish, then claims
 // again: a replay, this flight's own claim (the first released), or, when
 // the wait limit or the caller's context ends first, in flight.
-func (f *flight) wait(rec *Record) outcome {
+func (f *flight) wait(rec *record) outcome {
 	e := f.e
 	wstart := time.Now()
 	defer func() { f.ev.Waited = time.Since(wstart) }()
@@ -204,7 +217,7 @@ func (f *flight) wait(rec *Record) outcome {
 	defer func() { stop() }()
 	for {
 		if wake == nil && e.notifier != nil {
-			if ch, s, err := e.notifier.Watch(wctx, f.scope, f.key); err == nil {
+			if ch, s, err := e.notifier.Watch(wctx, store.Ref{Scope: f.scope, Key: f.key}); err == nil {
 				wake, stop = ch, s
 			}
 		}
@@ -224,7 +237,7 @@ func (f *flight) wait(rec *Record) outcome {
 			return outcome{verdict: acquired}
 		}
 		rec = res.Existing
-		if rec.State != StateInProgress || !f.sameRequest(rec.Fingerprint) {
+		if rec.State != store.InProgress || !f.sameRequest(rec.Fingerprint) {
 			return f.existing(rec, true)
 		}
 		poll := time.NewTimer(bo.d)

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // AdminHandler returns an http.Handler that lets an operator look at one
@@ -80,9 +82,9 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		e.adminDelete(w, r, scope, key)
 		return
 	}
-	g, ok := e.store.(Getter)
+	g, ok := e.store.(store.Getter)
 	if !ok {
-		e.writeProblem(w, problemAdminUnsupported, "This store cannot look records up (it does not implement idem.Getter).", 0)
+		e.writeProblem(w, problemAdminUnsupported, "This store cannot look records up (it does not implement store.Getter).", 0)
 		return
 	}
 	now, err := e.now(r.Context())
@@ -91,7 +93,7 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := e.storeCall(r.Context(), false)
-	rec, found, err := g.Get(ctx, scope, key, now)
+	rec, found, err := g.Get(ctx, store.Ref{Scope: scope, Key: key}, now)
 	e.endCall(ctx, StoreGet, err, nil)
 	if err != nil {
 		e.writeProblem(w, problemStore, "Looking the record up failed: "+err.Error(), seconds(e.retryAfter(0)))
@@ -101,7 +103,12 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		e.writeProblem(w, problemAdminNotFound, "No record is stored for key "+strconv.Quote(key)+" of "+method+" "+strconv.Quote(route)+nsDetail(ns)+", or it has expired.", 0)
 		return
 	}
-	writeJSON(w, http.StatusOK, adminRecord(rec, ns, method, route))
+	dec, err := fromStore(&rec)
+	if err != nil {
+		e.writeProblem(w, problemStore, "The stored record is unreadable: "+err.Error(), 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, adminRecord(dec, ns, method, route))
 }
 
 // nsDetail names a namespace in a problem's detail.
@@ -135,13 +142,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // adminDelete evicts the record for (scope, key).
 func (e *Engine) adminDelete(w http.ResponseWriter, r *http.Request, scope, key string) {
-	d, ok := e.store.(Deleter)
+	d, ok := e.store.(store.Deleter)
 	if !ok {
-		e.writeProblem(w, problemAdminUnsupported, "This store cannot delete records (it does not implement idem.Deleter).", 0)
+		e.writeProblem(w, problemAdminUnsupported, "This store cannot delete records (it does not implement store.Deleter).", 0)
 		return
 	}
 	ctx := e.storeCall(r.Context(), false)
-	deleted, err := d.Delete(ctx, scope, key)
+	deleted, err := d.Delete(ctx, store.Ref{Scope: scope, Key: key})
 	e.endCall(ctx, StoreDelete, err, nil)
 	if err == nil {
 		e.local.forget(scope, key) // this engine's duplicates ask the store again
@@ -155,7 +162,7 @@ func (e *Engine) adminDelete(w http.ResponseWriter, r *http.Request, scope, key 
 }
 
 // adminRecord is what the admin handler shows of rec.
-func adminRecord(rec Record, ns, method, route string) AdminRecord {
+func adminRecord(rec *record, ns, method, route string) AdminRecord {
 	out := AdminRecord{Found: true, Namespace: ns, Method: method, Route: route}
 	out.State = rec.State.String()
 	out.Fingerprint = rec.Fingerprint

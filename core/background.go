@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // background holds the store calls that must still land after the request
@@ -237,13 +239,18 @@ func (b *background) bound(t *task) error {
 
 var errLeaseOver = errors.New("idem: the store did not take the release before the claim's lease ended; the key frees at the lease end")
 
+// hold names the task's claim to the store.
+func (t *task) hold() store.Hold {
+	return store.Hold{Ref: store.Ref{Scope: t.scope, Key: t.key}, Token: t.token}
+}
+
 // try makes one attempt. done reports that the task is over, with err nil
 // when it landed.
 func (b *background) try(t *task) (done bool, err error) {
 	e := b.e
 	if t.kind == taskRelease {
 		ctx := e.storeCall(t.ctx, true)
-		err = e.store.Release(ctx, t.scope, t.key, t.token)
+		err = e.store.Release(ctx, t.hold())
 		e.endCall(ctx, StoreRelease, err, &t.ev.Finish)
 		if err == nil || errors.Is(err, ErrLeaseLost) {
 			return true, nil // released, or nothing held: either way free
@@ -256,7 +263,7 @@ func (b *background) try(t *task) (done bool, err error) {
 		// meanwhile waits for the replay and a store that comes back
 		// late still finds the claim held.
 		ctx := e.storeCall(t.ctx, true)
-		err := e.extender.Extend(ctx, t.scope, t.key, t.token, now, now.Add(t.lease))
+		err := e.extender.Extend(ctx, t.hold(), now, now.Add(t.lease))
 		e.endCall(ctx, StoreExtend, err, &t.ev.Finish)
 		switch {
 		case err == nil:
@@ -266,7 +273,7 @@ func (b *background) try(t *task) (done bool, err error) {
 		}
 	}
 	ctx := e.storeCall(t.ctx, true)
-	err = e.store.Complete(ctx, t.scope, t.key, t.token, t.resp, now, now.Add(t.retention))
+	err = e.store.Complete(ctx, t.hold(), store.Completion{Result: encodeResult(&t.resp), Now: now, ExpiresAt: now.Add(t.retention)})
 	e.endCall(ctx, StoreComplete, err, &t.ev.Finish)
 	switch {
 	case err == nil:
@@ -282,15 +289,16 @@ func (b *background) try(t *task) (done bool, err error) {
 // record up tells; otherwise the claim was lost.
 func (b *background) lost(t *task, err error) error {
 	e := b.e
-	g, ok := e.store.(Getter)
+	g, ok := e.store.(store.Getter)
 	if !ok {
 		return err
 	}
 	ctx := e.storeCall(t.ctx, true)
-	rec, found, gerr := g.Get(ctx, t.scope, t.key, e.clockNow())
+	rec, found, gerr := g.Get(ctx, t.hold().Ref, e.clockNow())
 	e.endCall(ctx, StoreGet, gerr, &t.ev.Finish)
-	if gerr == nil && found && rec.State == StateCompleted && rec.Fingerprint == t.fingerprint &&
-		rec.Response != nil && rec.Response.Status == t.resp.Status && bytes.Equal(rec.Response.Body, t.resp.Body) {
+	want := encodeResult(&t.resp)
+	if gerr == nil && found && rec.State == store.Completed && rec.Fingerprint == t.fingerprint &&
+		bytes.Equal(rec.Result.Head, want.Head) && bytes.Equal(rec.Result.Body, want.Body) {
 		return nil
 	}
 	return err

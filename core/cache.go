@@ -5,6 +5,8 @@ import (
 	"container/list"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // This file is the replay cache (WithReplayCache): completed records this
@@ -44,7 +46,7 @@ type replayCache struct {
 
 type cacheEntry struct {
 	k     localKey
-	rec   *Record
+	rec   *record
 	until time.Time // wall clock: learned + ttl
 	size  int64
 }
@@ -57,7 +59,7 @@ func newReplayCache(max int64, ttl time.Duration) *replayCache {
 }
 
 // entrySize is what an entry is charged: its body, headers and key.
-func entrySize(k localKey, rec *Record) int64 {
+func entrySize(k localKey, rec *record) int64 {
 	n := int64(len(k.scope) + len(k.key) + len(rec.Fingerprint) + 64)
 	if r := rec.Response; r != nil {
 		n += int64(len(r.Body))
@@ -74,8 +76,8 @@ func entrySize(k localKey, rec *Record) int64 {
 // put keeps a completed record; own marks a record whose body and
 // headers are the request's (its buffer, the handler's header map),
 // which are copied.
-func (c *replayCache) put(scope, key string, rec *Record, own bool) {
-	if c == nil || rec == nil || rec.State != StateCompleted || rec.Response == nil {
+func (c *replayCache) put(scope, key string, rec *record, own bool) {
+	if c == nil || rec == nil || rec.State != store.Completed || rec.Response == nil {
 		return
 	}
 	k := localKey{scope, key}
@@ -104,7 +106,7 @@ func (c *replayCache) put(scope, key string, rec *Record, own bool) {
 
 // get returns the cached record for the key, if it is still good at now
 // (the engine's clock, for the record's expiry).
-func (c *replayCache) get(scope, key string, now time.Time) *Record {
+func (c *replayCache) get(scope, key string, now time.Time) *record {
 	if c == nil {
 		return nil
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // TestReplayCache: with the cache on, retries of a completed request
@@ -88,8 +90,8 @@ func TestReplayCache(t *testing.T) {
 // least recently used record; a record larger than all of it is not kept.
 func TestReplayCacheBound(t *testing.T) {
 	c := newReplayCache(3000, time.Hour)
-	rec := func(n int) *Record {
-		return &Record{State: StateCompleted, Fingerprint: "f", ExpiresAt: time.Now().Add(time.Hour), Response: &Response{Status: 200, Body: []byte(strings.Repeat("x", n))}}
+	rec := func(n int) *record {
+		return &record{State: store.Completed, Fingerprint: "f", ExpiresAt: time.Now().Add(time.Hour), Response: &Response{Status: 200, Body: []byte(strings.Repeat("x", n))}}
 	}
 	now := time.Now()
 	c.put("s", "a", rec(1000), false)
@@ -106,11 +108,11 @@ func TestReplayCacheBound(t *testing.T) {
 	if c.get("s", "big", now) != nil {
 		t.Errorf("a record larger than the cache was kept")
 	}
-	c.put("s", "old", &Record{State: StateCompleted, Fingerprint: "f", ExpiresAt: now.Add(-time.Second), Response: &Response{Status: 200}}, false)
+	c.put("s", "old", &record{State: store.Completed, Fingerprint: "f", ExpiresAt: now.Add(-time.Second), Response: &Response{Status: 200}}, false)
 	if c.get("s", "old", now) != nil {
 		t.Errorf("an expired record was replayed")
 	}
-	c.put("s", "running", &Record{State: StateInProgress, Fingerprint: "f", ExpiresAt: now.Add(time.Hour), LeaseEnd: now.Add(time.Hour)}, false)
+	c.put("s", "running", &record{State: store.InProgress, Fingerprint: "f", ExpiresAt: now.Add(time.Hour), LeaseEnd: now.Add(time.Hour)}, false)
 	if c.get("s", "running", now) != nil {
 		t.Errorf("a record in progress was cached")
 	}

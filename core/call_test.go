@@ -85,7 +85,7 @@ func TestFinishKeepsOrReleases(t *testing.T) {
 			if err := c.Finish(tc.resp); err != nil {
 				t.Fatal(err)
 			}
-			rec, ok, _ := s.Get(t.Context(), Scope("", "POST", "/orders"), "k", time.Now())
+			rec, ok, _ := s.lookup(t.Context(), Scope("", "POST", "/orders"), "k", time.Now())
 			if ok != tc.stored {
 				t.Fatalf("stored %v, want %v", ok, tc.stored)
 			}
@@ -168,7 +168,7 @@ func TestCallReleaseAndContext(t *testing.T) {
 	if s.rolled != 1 {
 		t.Errorf("rolled back %d times, want 1", s.rolled)
 	}
-	if _, ok, _ := s.Get(t.Context(), Scope("", "POST", "/orders"), "k", time.Now()); ok {
+	if _, ok, _ := s.lookup(t.Context(), Scope("", "POST", "/orders"), "k", time.Now()); ok {
 		t.Error("Release left the claim")
 	}
 	if got := ev.outcomes(); len(got) != 1 || got[0] != OutcomeReleased {

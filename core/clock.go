@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // This file aligns the engine's time with the store's clock. Leases are
@@ -30,7 +32,7 @@ const (
 // storeClock keeps the difference between the engine's clock and the
 // store's.
 type storeClock struct {
-	src Clock
+	src store.Clock
 
 	first   sync.Mutex // held by the first measurement; later callers wait on it
 	mu      sync.Mutex

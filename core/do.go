@@ -93,10 +93,11 @@ func Final(err error) error {
 	return &FinalError{Err: err}
 }
 
-// How Do keeps its results in a store's Response.
+// How Do's results were kept before results were opaque: as an HTTP
+// response with one of these statuses. Such records still replay.
 const (
-	statusValue = 200 // Body is the value
-	statusFinal = 422 // Body is the final error's message
+	legacyValue = 200 // Body is the value
+	legacyFinal = 422 // Body is the final error's message
 )
 
 // Do runs fn at most once per (op.Namespace, op.Kind, op.Name, op.Key),
@@ -121,7 +122,7 @@ func (e *Engine) Do(ctx context.Context, op Op, fn func(context.Context) ([]byte
 	if resp != nil || err != nil {
 		c.end()
 		if resp != nil {
-			return decodeResult(resp)
+			return doResult(resp)
 		}
 		return nil, false, err
 	}
@@ -130,12 +131,12 @@ func (e *Engine) Do(ctx context.Context, op Op, fn func(context.Context) ([]byte
 	var final *FinalError
 	switch {
 	case err == nil:
-		if err := c.Complete(Response{Status: statusValue, Body: value}); err != nil {
+		if err := c.Complete(Response{kind: kindValue, Body: value}); err != nil {
 			return nil, false, err
 		}
 		return value, false, nil
 	case errors.As(err, &final):
-		if err := c.Complete(Response{Status: statusFinal, Body: []byte(final.Err.Error())}); err != nil {
+		if err := c.Complete(Response{kind: kindFinal, Body: []byte(final.Err.Error())}); err != nil {
 			return nil, false, err
 		}
 		return nil, false, err
@@ -198,14 +199,14 @@ func inFlightErr(cause error) error {
 	return ErrInFlight
 }
 
-// decodeResult turns a stored Do result back into what Do returns.
-func decodeResult(r *Response) ([]byte, bool, error) {
+// doResult turns a stored Do result back into what Do returns.
+func doResult(r *Response) ([]byte, bool, error) {
 	switch {
 	case r.BodyOmitted:
 		return nil, true, ErrResultOmitted
-	case r.Status == statusValue:
+	case r.kind == kindValue, r.kind == kindHTTP && r.Status == legacyValue:
 		return r.Body, true, nil
-	case r.Status == statusFinal:
+	case r.kind == kindFinal, r.kind == kindHTTP && r.Status == legacyFinal:
 		return nil, true, &FinalError{Err: errors.New(string(r.Body))}
 	}
 	return nil, true, fmt.Errorf("%w: the stored record is not a result of Do (status %d)", ErrMismatch, r.Status)

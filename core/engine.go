@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // Engine applies the idempotency policy to requests. It is safe for
@@ -12,10 +14,10 @@ import (
 type Engine struct {
 	cfg      config
 	store    Store
-	notifier Notifier
-	extender Extender
-	batch    BatchExtender // the heartbeat's, when the store has it
-	txb      TxBeginner
+	notifier store.Notifier
+	extender store.Extender
+	batch    store.BatchExtender // the heartbeat's, when the store has it
+	txb      store.TxBeginner
 	def      *Policy
 	bg       *background
 	beats    beats
@@ -27,11 +29,11 @@ type Engine struct {
 // New returns an Engine that keeps its records in store. Every option
 // documents its default. It returns an error wrapping ErrBadOption when an
 // option's value is invalid.
-func New(store Store, opts ...Option) (*Engine, error) {
-	if isNil(store) {
-		return nil, badOption("the store is nil (%T); pass a store its package's New returned", store)
+func New(s Store, opts ...Option) (*Engine, error) {
+	if isNil(s) {
+		return nil, badOption("the store is nil (%T); pass a store its package's New returned", s)
 	}
-	e := &Engine{cfg: defaultConfig(), store: store}
+	e := &Engine{cfg: defaultConfig(), store: s}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -40,16 +42,16 @@ func New(store Store, opts ...Option) (*Engine, error) {
 			return nil, err
 		}
 	}
-	e.notifier, _ = store.(Notifier)
-	e.extender, _ = store.(Extender)
-	e.batch, _ = store.(BatchExtender)
-	e.txb, _ = store.(TxBeginner)
+	e.notifier, _ = s.(store.Notifier)
+	e.extender, _ = s.(store.Extender)
+	e.batch, _ = s.(store.BatchExtender)
+	e.txb, _ = s.(store.TxBeginner)
 	c := &e.cfg
 	switch {
 	case !c.beatSet:
 		c.beat = e.extender != nil
 	case c.beat && e.extender == nil:
-		return nil, badOption("heartbeat needs a store that implements idem.Extender; %T does not", store)
+		return nil, badOption("heartbeat needs a store that implements idem.Extender; %T does not", s)
 	}
 	leaseSet := c.lease != 0
 	if !leaseSet {
@@ -67,7 +69,7 @@ func New(store Store, opts ...Option) (*Engine, error) {
 	if c.heartbeat > 0 && c.heartbeat >= c.lease {
 		return nil, badOption("heartbeat interval %v must be shorter than the lease %v", c.heartbeat, c.lease)
 	}
-	if fb, ok := store.(FailoverBound); ok {
+	if fb, ok := s.(store.FailoverBound); ok {
 		if err := c.outlast(fb.FailoverTime(), leaseSet); err != nil {
 			return nil, err
 		}
@@ -75,7 +77,7 @@ func New(store Store, opts ...Option) (*Engine, error) {
 			return nil, badOption("retention %v is shorter than the lease %v a failover of the store needs (%v): use a retention of at least %v", c.retention, c.lease, fb.FailoverTime(), c.lease)
 		}
 	}
-	if clk, ok := store.(Clock); ok {
+	if clk, ok := s.(store.Clock); ok {
 		e.sclock = &storeClock{src: clk}
 	}
 	e.cache = newReplayCache(c.cacheBytes, c.cacheTTL)
@@ -217,11 +219,11 @@ func needLease(d, heartbeat time.Duration, beat bool) time.Duration {
 
 // isNil reports whether store is nil or a nil pointer, map, slice,
 // channel or func: a typed nil would panic on the first request.
-func isNil(store Store) bool {
-	if store == nil {
+func isNil(s Store) bool {
+	if s == nil {
 		return true
 	}
-	switch v := reflect.ValueOf(store); v.Kind() {
+	switch v := reflect.ValueOf(s); v.Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
 		return v.IsNil()
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // events collects observer events.
@@ -506,9 +508,9 @@ func TestStoreTimeout(t *testing.T) {
 
 type slowStore struct{ *testStore }
 
-func (s slowStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+func (s slowStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	<-ctx.Done()
-	return ClaimResult{}, ctx.Err()
+	return store.ClaimResult{}, ctx.Err()
 }
 
 func TestClientHangupStillCompletes(t *testing.T) {
@@ -564,21 +566,21 @@ type txStore struct {
 }
 
 type testTx struct {
-	s                 *txStore
-	scope, key, token string
+	s *txStore
+	h store.Hold
 }
 
-func (s *txStore) BeginTx(ctx context.Context, scope, key, token string) (Tx, error) {
-	return &testTx{s, scope, key, token}, nil
+func (s *txStore) BeginTx(ctx context.Context, h store.Hold) (store.Tx, error) {
+	return &testTx{s, h}, nil
 }
 
 func (t *testTx) Context(parent context.Context) context.Context { return parent }
 
-func (t *testTx) Commit(ctx context.Context, resp Response, now, exp time.Time) error {
+func (t *testTx) Commit(ctx context.Context, c store.Completion) error {
 	if t.s.fail {
 		return errors.New("commit failed")
 	}
-	if err := t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, exp); err != nil {
+	if err := t.s.Complete(ctx, t.h, c); err != nil {
 		return err
 	}
 	t.s.committed++

@@ -1,6 +1,7 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,57 +12,57 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // mapStore is the smallest correct Store, for these examples; use
-// stores/memory, stores/redis or stores/pgx in a service.
+// stores/memory, stores/redis or stores/pgx in a service. Package store
+// holds the contract.
 type mapStore struct {
 	mu   sync.Mutex
-	recs map[[2]string]*storedRec
+	recs map[store.Ref]*storedRec
 }
 
 type storedRec struct {
-	rec   idem.Record
+	rec   store.Record
 	token string
 }
 
-func (s *mapStore) Claim(_ context.Context, c idem.Claim) (idem.ClaimResult, error) {
+func (s *mapStore) Claim(_ context.Context, c store.Claim) (store.ClaimResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := [2]string{c.Scope, c.Key}
-	if r, ok := s.recs[k]; ok && !r.rec.Takeable(c.Now) {
+	if r, ok := s.recs[c.Ref()]; ok && !r.rec.Takeable(c.Now) {
 		cp := r.rec
-		return idem.ClaimResult{Existing: &cp}, nil
+		return store.ClaimResult{Existing: &cp}, nil
 	}
-	s.recs[k] = &storedRec{idem.Record{Fingerprint: c.Fingerprint, State: idem.StateInProgress, CreatedAt: c.Now, LeaseEnd: c.LeaseEnd, ExpiresAt: c.LeaseEnd}, c.Token}
-	return idem.ClaimResult{Acquired: true}, nil
+	s.recs[c.Ref()] = &storedRec{store.Record{Fingerprint: c.Fingerprint, State: store.InProgress, CreatedAt: c.Now, LeaseEnd: c.LeaseEnd, ExpiresAt: c.LeaseEnd}, c.Token}
+	return store.ClaimResult{Acquired: true}, nil
 }
 
-func (s *mapStore) Complete(_ context.Context, scope, key, token string, resp idem.Response, now, exp time.Time) error {
+func (s *mapStore) Complete(_ context.Context, h store.Hold, c store.Completion) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.recs[[2]string{scope, key}]
-	if !ok || r.token != token || r.rec.State != idem.StateInProgress || !now.Before(r.rec.LeaseEnd) {
-		return idem.ErrLeaseLost
+	r, ok := s.recs[h.Ref]
+	if !ok || r.token != h.Token || r.rec.State != store.InProgress {
+		return store.ErrLeaseLost
 	}
-	resp.Body = append([]byte(nil), resp.Body...)
-	r.rec.State, r.rec.Response, r.rec.LeaseEnd, r.rec.ExpiresAt = idem.StateCompleted, &resp, time.Time{}, exp
+	res := store.Result{Head: bytes.Clone(c.Result.Head), Body: bytes.Clone(c.Result.Body), BodyOmitted: c.Result.BodyOmitted}
+	r.rec.State, r.rec.Result, r.rec.LeaseEnd, r.rec.ExpiresAt = store.Completed, res, time.Time{}, c.ExpiresAt
 	return nil
 }
 
-func (s *mapStore) Release(_ context.Context, scope, key, token string) error {
+func (s *mapStore) Release(_ context.Context, h store.Hold) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := [2]string{scope, key}
-	if r, ok := s.recs[k]; !ok || r.token != token || r.rec.State != idem.StateInProgress {
-		return idem.ErrLeaseLost
+	if r, ok := s.recs[h.Ref]; !ok || r.token != h.Token || r.rec.State != store.InProgress {
+		return store.ErrLeaseLost
 	}
-	delete(s.recs, k)
+	delete(s.recs, h.Ref)
 	return nil
 }
 
 func Example() {
-	engine, err := idem.New(&mapStore{recs: map[[2]string]*storedRec{}})
+	engine, err := idem.New(&mapStore{recs: map[store.Ref]*storedRec{}})
 	if err != nil {
 		panic(err)
 	}
@@ -119,7 +120,7 @@ func ExampleFingerprint() {
 }
 
 func ExampleEngine_AdminHandler() {
-	engine, _ := idem.New(&mapStore{recs: map[[2]string]*storedRec{}})
+	engine, _ := idem.New(&mapStore{recs: map[store.Ref]*storedRec{}})
 	admin := http.NewServeMux()
 	// Behind your own authentication: evicting a key lets its next
 	// duplicate run again.
@@ -130,7 +131,7 @@ func ExampleEngine_AdminHandler() {
 func requireOperator(h http.Handler) http.Handler { return h }
 
 func ExampleForRoute() {
-	engine, _ := idem.New(&mapStore{recs: map[[2]string]*storedRec{}})
+	engine, _ := idem.New(&mapStore{recs: map[store.Ref]*storedRec{}})
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {})
 	mux.HandleFunc("POST /search", func(w http.ResponseWriter, r *http.Request) {})
@@ -144,7 +145,7 @@ func ExampleForRoute() {
 // Do runs an operation once per key, for any transport: here a message
 // consumer that sees one message twice.
 func ExampleEngine_Do() {
-	engine, _ := idem.New(&mapStore{recs: map[[2]string]*storedRec{}})
+	engine, _ := idem.New(&mapStore{recs: map[store.Ref]*storedRec{}})
 	charges := 0
 	consume := func(msgID string, data []byte) {
 		op := idem.Op{Kind: "queue", Name: "payments", Key: msgID, Fingerprint: idem.Fingerprint("queue", "payments", data)}
@@ -172,7 +173,7 @@ func ExampleEngine_Do() {
 }
 
 func ExampleDoJSON() {
-	engine, _ := idem.New(&mapStore{recs: map[[2]string]*storedRec{}})
+	engine, _ := idem.New(&mapStore{recs: map[store.Ref]*storedRec{}})
 	type receipt struct{ ID string }
 	op := idem.Op{Kind: "job", Name: "invoice", Key: "2026-12", Fingerprint: "monthly"}
 	for range 2 {
@@ -189,7 +190,7 @@ func ExampleDoJSON() {
 // A final error is stored like a result: every retry gets it back, and
 // the operation does not run again.
 func ExampleFinal() {
-	engine, _ := idem.New(&mapStore{recs: map[[2]string]*storedRec{}})
+	engine, _ := idem.New(&mapStore{recs: map[store.Ref]*storedRec{}})
 	op := idem.Op{Kind: "job", Name: "charge", Key: "order-7", Fingerprint: "order-7"}
 	for range 2 {
 		_, replayed, err := engine.Do(context.Background(), op, func(ctx context.Context) ([]byte, error) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // beats is the engine's heartbeat: one timer, armed while flights are in
@@ -117,7 +119,7 @@ func (b *beats) extend(f *flight) {
 	e := b.e
 	now := e.clockNow()
 	ctx := e.storeCall(f.ctx, true)
-	err := e.extender.Extend(ctx, f.scope, f.key, f.token, now, now.Add(f.lease))
+	err := e.extender.Extend(ctx, f.hold(), now, now.Add(f.lease))
 	e.endCall(ctx, StoreExtend, err, nil)
 	b.beaten(f, now, err)
 }
@@ -126,9 +128,9 @@ func (b *beats) extend(f *flight) {
 func (b *beats) extendBatch(fs []*flight) {
 	e := b.e
 	now := e.clockNow()
-	refs := make([]ExtendRef, len(fs))
+	refs := make([]store.Extension, len(fs))
 	for i, f := range fs {
-		refs[i] = ExtendRef{Scope: f.scope, Key: f.key, Token: f.token, LeaseEnd: now.Add(f.lease)}
+		refs[i] = store.Extension{Hold: f.hold(), LeaseEnd: now.Add(f.lease)}
 	}
 	ctx := e.storeCall(context.Background(), true)
 	errs := e.batch.ExtendBatch(ctx, now, refs)

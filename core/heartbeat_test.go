@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 func TestHeartbeatFollowsTheRouteLease(t *testing.T) {
@@ -48,12 +50,12 @@ type batchStore struct {
 	batches, refs atomic.Int32
 }
 
-func (s *batchStore) ExtendBatch(ctx context.Context, now time.Time, refs []ExtendRef) []error {
+func (s *batchStore) ExtendBatch(ctx context.Context, now time.Time, refs []store.Extension) []error {
 	s.batches.Add(1)
 	s.refs.Add(int32(len(refs)))
 	errs := make([]error, len(refs))
 	for i, r := range refs {
-		errs[i] = s.testStore.Extend(ctx, r.Scope, r.Key, r.Token, now, r.LeaseEnd)
+		errs[i] = s.testStore.Extend(ctx, r.Hold, now, r.LeaseEnd)
 	}
 	return errs
 }
@@ -101,7 +103,7 @@ func TestHeartbeatBatchLostClaim(t *testing.T) {
 			defer close(done)
 			e.Do(context.Background(), op("k", "a"), func(context.Context) ([]byte, error) {
 				time.Sleep(5 * time.Second)
-				s.Delete(context.Background(), Scope("", "test", "charge"), "k") // an operator evicts it
+				s.Delete(context.Background(), store.Ref{Scope: Scope("", "test", "charge"), Key: "k"}) // an operator evicts it
 				time.Sleep(20 * time.Second)
 				return []byte("late"), nil
 			})

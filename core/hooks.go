@@ -72,7 +72,7 @@ func (f *flight) redacted(resp Response) Response {
 
 // replayed returns the response a replay of rec sends: rec's, or the
 // replay hook's copy of it.
-func (f *flight) replayed(rec *Record) *Response {
+func (f *flight) replayed(rec *record) *Response {
 	fn := f.e.cfg.replayHook
 	if fn == nil {
 		return rec.Response

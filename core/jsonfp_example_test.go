@@ -8,13 +8,14 @@ import (
 	"strings"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // A payments API whose clients put the key in the body (AIP-155's
 // request_id) and add a timestamp and a signature that change on every
 // retry: the JSON fingerprint ignores them and the spelling of the JSON.
 func ExampleWithJSONFingerprint() {
-	engine, err := idem.New(&mapStore{recs: map[[2]string]*storedRec{}},
+	engine, err := idem.New(&mapStore{recs: map[store.Ref]*storedRec{}},
 		idem.WithLogger(slog.New(slog.DiscardHandler)),
 		idem.WithKeyField("request_id"),
 		idem.WithJSONFingerprint(idem.Ignore("/sent_at", "/signature")),

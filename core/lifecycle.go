@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // This file is the claim → run → settle lifecycle, written once and used
@@ -105,7 +107,7 @@ type flight struct {
 	lost                  atomic.Bool  // a beat found the claim lost
 
 	lf        *localFlight // this flight's hold on its key in the process, until it settles
-	tx        Tx           // the exactly-once transaction, while it is open
+	tx        store.Tx     // the exactly-once transaction, while it is open
 	completed bool         // Complete (not a transaction) stored the record
 	pending   *task
 
@@ -118,6 +120,11 @@ type flight struct {
 
 	start time.Time
 	ev    Event
+}
+
+// hold names this flight's claim to the store.
+func (f *flight) hold() store.Hold {
+	return store.Hold{Ref: store.Ref{Scope: f.scope, Key: f.key}, Token: f.token}
 }
 
 // storeCall is Engine.storeCall for this flight's own calls, made on the
@@ -139,7 +146,7 @@ func (f *flight) begin() error {
 	e := f.e
 	if e.txb != nil {
 		ctx := f.storeCall(false)
-		t, err := e.txb.BeginTx(ctx, f.scope, f.key, f.token)
+		t, err := e.txb.BeginTx(ctx, f.hold())
 		e.endCall(ctx, StoreBeginTx, err, nil)
 		switch {
 		case errors.Is(err, ErrLeaseLost):
@@ -153,7 +160,7 @@ func (f *flight) begin() error {
 			return err
 		}
 		f.tx = t
-		if h, ok := t.(ClaimHolder); ok && h.HoldsClaim() {
+		if h, ok := t.(store.ClaimHolder); ok && h.HoldsClaim() {
 			return nil // the transaction keeps the claim: no heartbeat
 		}
 	}
@@ -208,8 +215,8 @@ func (f *flight) settle(resp Response, keep bool) bool {
 
 // record is the completed record f stored with resp, for the replay cache
 // and the duplicates waiting on f.
-func (f *flight) record(resp Response) *Record {
-	return &Record{Fingerprint: f.fp, State: StateCompleted, Response: &resp, CreatedAt: f.now, ExpiresAt: f.e.clockNow().Add(f.retention)}
+func (f *flight) record(resp Response) *record {
+	return &record{Fingerprint: f.fp, State: store.Completed, Response: &resp, CreatedAt: f.now, ExpiresAt: f.e.clockNow().Add(f.retention)}
 }
 
 // store completes the record with resp, or commits it with the
@@ -224,7 +231,7 @@ func (f *flight) store(resp Response) bool {
 	var err error
 	if f.tx != nil {
 		ctx := f.storeCall(true)
-		err = f.tx.Commit(ctx, resp, now, expires)
+		err = f.tx.Commit(ctx, store.Completion{Result: encodeResult(&resp), Failed: failedResult(&resp), Now: now, ExpiresAt: expires})
 		e.endCall(ctx, StoreCommit, err, &f.ev.Finish)
 		if err != nil {
 			// The transaction is gone: nothing to retry.
@@ -237,7 +244,7 @@ func (f *flight) store(resp Response) bool {
 		return true
 	}
 	ctx := f.storeCall(true)
-	err = e.store.Complete(ctx, f.scope, f.key, f.token, resp, now, expires)
+	err = e.store.Complete(ctx, f.hold(), store.Completion{Result: encodeResult(&resp), Now: now, ExpiresAt: expires})
 	e.endCall(ctx, StoreComplete, err, &f.ev.Finish)
 	switch {
 	case err == nil:
@@ -283,13 +290,13 @@ func (f *flight) abort() {
 // meanwhile, that claim stays.
 func (f *flight) evict() {
 	e := f.e
-	ev, ok := e.store.(Evicter)
+	ev, ok := e.store.(store.Evicter)
 	if !ok {
 		f.ev.Err = fmt.Errorf("idem: a streamed response's handler panicked after its record was completed, and %T cannot evict it (idem.Evicter): retries replay its status and headers", e.store)
 		return
 	}
 	ctx := f.storeCall(true)
-	err := ev.Evict(ctx, f.scope, f.key, f.token)
+	err := ev.Evict(ctx, f.hold())
 	e.endCall(ctx, StoreEvict, err, &f.ev.Finish)
 	if err != nil {
 		f.ev.Err = err
@@ -301,7 +308,7 @@ func (f *flight) evict() {
 func (f *flight) release() {
 	e := f.e
 	ctx := f.storeCall(true)
-	err := e.store.Release(ctx, f.scope, f.key, f.token)
+	err := e.store.Release(ctx, f.hold())
 	e.endCall(ctx, StoreRelease, err, &f.ev.Finish)
 	if err != nil && f.ev.Err == nil {
 		f.ev.Err = err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 func TestLostClaimWithTransactionAnswers503(t *testing.T) {
@@ -16,7 +18,7 @@ func TestLostClaimWithTransactionAnswers503(t *testing.T) {
 		e, _ := newEngine(t, s, WithLease(3*time.Second), WithHeartbeat(time.Second))
 		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			// An operator evicts the running claim.
-			s.Delete(r.Context(), Scope("", "POST", ""), "k")
+			s.Delete(r.Context(), store.Ref{Scope: Scope("", "POST", ""), Key: "k"})
 			time.Sleep(2 * time.Second)
 			w.WriteHeader(201)
 		}))
@@ -35,7 +37,7 @@ func TestCorruptRecordFailsClosed(t *testing.T) {
 	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
 	post(h, "/", "k", "")
 	for _, r := range s.recs {
-		r.Response.Status = 0
+		r.Result.Head = []byte{headHTTP, 0, 1, 0} // status 0
 	}
 	if w := post(h, "/", "k", ""); w.Code != 503 {
 		t.Errorf("replaying a corrupt record: %d, want 503", w.Code)
@@ -81,9 +83,9 @@ type flakyStore struct {
 	failAfter atomic.Int32
 }
 
-func (s *flakyStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+func (s *flakyStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	if s.failAfter.Load() > 0 && s.failAfter.Add(-1) == 0 {
-		return ClaimResult{}, errors.New("flaky")
+		return store.ClaimResult{}, errors.New("flaky")
 	}
 	return s.testStore.Claim(ctx, c)
 }

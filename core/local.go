@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // This file is the single flight in the process: while a request of this
@@ -27,7 +29,7 @@ type localFlight struct {
 	leaseEnd *atomic.Int64 // the flight's lease end (Unix ns, engine clock): past it, the store decides
 	done     chan struct{} // closed once the flight has ended; made by the first waiter
 	waiters  int           // duplicates waiting on done; under localFlights.mu
-	rec      *Record       // the completed record, set before done closes; nil when released
+	rec      *record       // the completed record, set before done closes; nil when released
 	settled  bool          // finish ran; only the holding flight's goroutine touches it
 }
 
@@ -131,7 +133,7 @@ func (f *flight) local() (outcome, bool) {
 		return outcome{}, false
 	case lf.fp != f.fp:
 		f.ev.Outcome = OutcomeFingerprintMismatch
-		return outcome{verdict: mismatch, rec: &Record{State: StateInProgress, Fingerprint: lf.fp}}, true
+		return outcome{verdict: mismatch, rec: &record{State: store.InProgress, Fingerprint: lf.fp}}, true
 	case e.cfg.wait == 0:
 		f.ev.Outcome = OutcomeConflict
 		return outcome{verdict: inFlight, rec: lf.inProgress(f)}, true
@@ -172,7 +174,7 @@ func (f *flight) local() (outcome, bool) {
 
 // inProgress is the record a duplicate f answers 409 from: the lease end
 // bounds its Retry-After, as a record from the store would.
-func (lf *localFlight) inProgress(f *flight) *Record {
+func (lf *localFlight) inProgress(f *flight) *record {
 	f.now = f.e.clockNow()
-	return &Record{State: StateInProgress, Fingerprint: f.fp, LeaseEnd: time.Unix(0, lf.leaseEnd.Load())}
+	return &record{State: store.InProgress, Fingerprint: f.fp, LeaseEnd: time.Unix(0, lf.leaseEnd.Load())}
 }

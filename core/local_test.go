@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // TestSingleFlightStorm: 50 duplicates reach the engine while the first
@@ -129,7 +131,7 @@ func TestSingleFlightEvictedElsewhere(t *testing.T) {
 		done := make(chan struct{})
 		go func() { post(h, "/", "k", ""); close(done) }()
 		synctest.Wait()
-		if ok, err := s.Delete(t.Context(), Scope("", "POST", ""), "k"); err != nil || !ok {
+		if ok, err := s.Delete(t.Context(), store.Ref{Scope: Scope("", "POST", ""), Key: "k"}); err != nil || !ok {
 			t.Fatalf("evicting the running claim: %v %v", ok, err)
 		}
 		// The eviction came from elsewhere: this engine learns it from the store.

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // This file holds the engine's regression tests for "never twice, in every
@@ -157,9 +159,9 @@ func TestPendingBytesIsABound(t *testing.T) {
 // the client hangs up in the middle of the call.
 type hangingStore struct{ *testStore }
 
-func (s hangingStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+func (s hangingStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	<-ctx.Done()
-	return ClaimResult{}, fmt.Errorf("hangingStore: %w", ctx.Err())
+	return store.ClaimResult{}, fmt.Errorf("hangingStore: %w", ctx.Err())
 }
 
 // TestHangUpDuringClaimIsNotAStoreFailure: a client that hangs up while
@@ -258,8 +260,9 @@ func TestScopingDefaults(t *testing.T) {
 // past its size limit (the memory store's byte budget, say).
 type omittingStore struct{ *testStore }
 
-func (s omittingStore) Complete(ctx context.Context, scope, key, token string, resp Response, now, exp time.Time) error {
-	return s.testStore.Complete(ctx, scope, key, token, resp.WithoutBody(), now, exp)
+func (s omittingStore) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
+	c.Result.Body, c.Result.BodyOmitted = nil, true
+	return s.testStore.Complete(ctx, h, c)
 }
 
 // TestDoReplaysAnOmittedResultAsAnError: a Do result the store kept
@@ -449,7 +452,7 @@ type slowClaimStore struct {
 	taken func()
 }
 
-func (s slowClaimStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+func (s slowClaimStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	res, err := s.testStore.Claim(ctx, c)
 	if res.Acquired && s.taken != nil {
 		time.Sleep(s.delay)
@@ -498,7 +501,7 @@ func TestLateClaimAnswerIsConfirmed(t *testing.T) {
 // the transaction, as pgxstore's does when its token check fails.
 type lostTxStore struct{ *testStore }
 
-func (lostTxStore) BeginTx(context.Context, string, string, string) (Tx, error) {
+func (lostTxStore) BeginTx(context.Context, store.Hold) (store.Tx, error) {
 	return nil, fmt.Errorf("lostTxStore: begin: %w", ErrLeaseLost)
 }
 

@@ -2,22 +2,21 @@ package idem
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
-	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
-// This file holds what every store needs to keep records the same way:
-// the takeover rule, the status range, the header wire format and the
-// error for a record that cannot have been written by a store.
+// This file is how a stored result (store.Result) holds what the engine
+// answered: an HTTP response, or a value or final error of Do.
 
-// ErrCorruptRecord is wrapped by the error a store returns when a record it
-// reads back is not one a store can have written (a bad state, a status
-// outside MinStatus to MaxStatus, malformed headers). The engine answers
-// such a request 503 and never replays the record.
-var ErrCorruptRecord = errors.New("idem: corrupt record")
+// ErrCorruptRecord is wrapped by the error of a record that no store can
+// have written (store.ErrCorruptRecord): a bad state, a result the engine
+// cannot decode. The engine answers such a request 503 and never replays
+// the record.
+var ErrCorruptRecord = store.ErrCorruptRecord
 
 // The status codes a stored response can hold. A 1xx cannot be replayed
 // and the engine never stores one; a code above 599 is not HTTP.
@@ -26,40 +25,9 @@ const (
 	MaxStatus = 599
 )
 
-// Takeable reports whether a claim at now takes the record over: it has
-// expired (now is at or past ExpiresAt), or it is in progress and its
-// lease has ended (now is at or past LeaseEnd). A store's Claim takes the
-// key exactly when there is no record or the record is takeable.
-func (r *Record) Takeable(now time.Time) bool {
-	if !now.Before(r.ExpiresAt) {
-		return true
-	}
-	return r.State == StateInProgress && !now.Before(r.LeaseEnd)
-}
-
-// Check reports, with an error wrapping ErrCorruptRecord, a record that no
-// store can have written: a state other than StateInProgress and
-// StateCompleted, no ExpiresAt, an in-progress record without a LeaseEnd,
-// or a completed one without a Response or with a status outside MinStatus
-// to MaxStatus. Stores call it on what they read back.
-func (r *Record) Check() error {
-	switch {
-	case r.State != StateInProgress && r.State != StateCompleted:
-		return fmt.Errorf("%w: state %d is neither in progress (1) nor completed (2)", ErrCorruptRecord, r.State)
-	case r.ExpiresAt.IsZero():
-		return fmt.Errorf("%w: no expiry time", ErrCorruptRecord)
-	case r.State == StateInProgress && r.LeaseEnd.IsZero():
-		return fmt.Errorf("%w: in progress without a lease end", ErrCorruptRecord)
-	case r.State == StateCompleted && r.Response == nil:
-		return fmt.Errorf("%w: completed without a response", ErrCorruptRecord)
-	case r.State == StateCompleted && (r.Response.Status < MinStatus || r.Response.Status > MaxStatus):
-		return fmt.Errorf("%w: completed with status %d, not %d to %d", ErrCorruptRecord, r.Response.Status, MinStatus, MaxStatus)
-	}
-	return nil
-}
-
-// The header wire format, for stores that keep a response's headers as
-// bytes (a Redis string, a bytea or BLOB column):
+// The header wire format, in an HTTP result's head after the status (and,
+// before results were opaque, in the stores' headers columns), for
+// transports that keep metadata in a result of their own (idemgrpc):
 //
 //	version byte 1
 //	uvarint  number of names
@@ -68,14 +36,11 @@ func (r *Record) Check() error {
 //
 // Names and values are kept byte for byte: empty values, bytes that are
 // not UTF-8 and names without values included. Varints are in their
-// shortest form. A nil and an empty header both encode as no names; a
-// store that must tell them apart keeps a flag (or a NULL) of its own.
+// shortest form. A nil and an empty header both encode as no names.
 const headerFormat = 1
 
 // AppendHeader appends h in the header wire format to b. Names are written
 // sorted, so equal headers encode to equal bytes.
-//
-//	col := idem.AppendHeader(nil, resp.Header)
 func AppendHeader(b []byte, h http.Header) []byte {
 	size := 1 + binary.MaxVarintLen64
 	var scratch [16]string

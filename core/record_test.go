@@ -6,54 +6,56 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
-func TestRecordTakeable(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	for _, tc := range []struct {
-		name string
-		rec  Record
-		want bool
-	}{
-		{"live claim", Record{State: StateInProgress, LeaseEnd: now.Add(time.Second), ExpiresAt: now.Add(time.Second)}, false},
-		{"claim whose lease ends now", Record{State: StateInProgress, LeaseEnd: now, ExpiresAt: now.Add(time.Hour)}, true},
-		{"claim past its lease", Record{State: StateInProgress, LeaseEnd: now.Add(-time.Nanosecond), ExpiresAt: now.Add(time.Hour)}, true},
-		{"completed before expiry", Record{State: StateCompleted, ExpiresAt: now.Add(time.Nanosecond)}, false},
-		{"completed, expiring now", Record{State: StateCompleted, ExpiresAt: now}, true},
-		{"completed with a stale lease end", Record{State: StateCompleted, LeaseEnd: now.Add(-time.Hour), ExpiresAt: now.Add(time.Hour)}, false},
+func TestResultRoundTrip(t *testing.T) {
+	for _, resp := range []*Response{
+		{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)},
+		{Status: 200},
+		{Status: 599, Header: http.Header{"X": {"a", "b"}}, BodyOmitted: true},
+		{kind: kindValue, Body: []byte("v")},
+		{kind: kindFinal, Body: []byte("card declined")},
+		{kind: kindValue, Header: http.Header{HeaderSealed: {"k1"}}, Body: []byte("sealed")},
 	} {
-		if got := tc.rec.Takeable(now); got != tc.want {
-			t.Errorf("%s: Takeable = %v, want %v", tc.name, got, tc.want)
+		res := encodeResult(resp)
+		got, err := decodeResult(res)
+		if err != nil || got.Status != resp.Status || got.kind != resp.kind || string(got.Body) != string(resp.Body) ||
+			got.BodyOmitted != resp.BodyOmitted || len(got.Header) != len(resp.Header) {
+			t.Errorf("round trip of %+v = %+v, %v", resp, got, err)
 		}
+	}
+	// Headers that do not fit store.MaxHead: the status alone, no body.
+	big := &Response{Status: 201, Header: http.Header{"X-Big": {strings.Repeat("v", store.MaxHead)}}, Body: []byte("b")}
+	res := encodeResult(big)
+	if got, err := decodeResult(res); err != nil || len(res.Head) > store.MaxHead || got.Status != 201 || len(got.Header) != 0 || !got.BodyOmitted {
+		t.Errorf("oversized head: %d bytes, decoded %+v, %v", len(res.Head), got, err)
+	}
+	// What a store wrote before results were opaque reads as before.
+	legacy := store.Result{Head: store.LegacyHead(202, AppendHeader(nil, http.Header{"A": {"1"}})), Body: []byte("x")}
+	if got, err := decodeResult(legacy); err != nil || got.Status != 202 || got.Header.Get("A") != "1" || string(got.Body) != "x" {
+		t.Errorf("legacy head: %+v, %v", got, err)
+	}
+	if got, err := decodeResult(store.Result{Head: store.LegacyHead(200, nil)}); err != nil || got.Status != 200 || len(got.Header) != 0 {
+		t.Errorf("legacy head without headers: %+v, %v", got, err)
 	}
 }
 
-func TestRecordCheck(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	ok := []Record{
-		{State: StateInProgress, LeaseEnd: now, ExpiresAt: now},
-		{State: StateCompleted, ExpiresAt: now, Response: &Response{Status: 200}},
-		{State: StateCompleted, ExpiresAt: now, Response: &Response{Status: 599, BodyOmitted: true}},
-	}
-	for _, r := range ok {
-		if err := r.Check(); err != nil {
-			t.Errorf("Check(%+v) = %v", r, err)
-		}
-	}
-	bad := map[string]Record{
-		"state 0":                     {ExpiresAt: now},
-		"state 3":                     {State: 3, ExpiresAt: now},
-		"no expiry":                   {State: StateCompleted, Response: &Response{Status: 200}},
-		"in progress, no lease end":   {State: StateInProgress, ExpiresAt: now},
-		"completed without response":  {State: StateCompleted, ExpiresAt: now},
-		"completed with status 199":   {State: StateCompleted, ExpiresAt: now, Response: &Response{Status: 199}},
-		"completed with status 600":   {State: StateCompleted, ExpiresAt: now, Response: &Response{Status: 600}},
-		"completed with a 101 status": {State: StateCompleted, ExpiresAt: now, Response: &Response{Status: 101}},
-	}
-	for name, r := range bad {
-		if err := r.Check(); !errors.Is(err, ErrCorruptRecord) {
-			t.Errorf("%s: Check = %v, want ErrCorruptRecord", name, err)
+func TestResultCorrupt(t *testing.T) {
+	for name, head := range map[string][]byte{
+		"empty":       nil,
+		"unknown":     {9},
+		"status 0":    {headHTTP, 0, 1, 0},
+		"status 199":  store.LegacyHead(199, nil),
+		"status 600":  store.LegacyHead(600, nil),
+		"a 101":       store.LegacyHead(101, nil),
+		"no headers":  {headHTTP, 200, 1},
+		"bad headers": {headHTTP, 0xc8, 1, 2, 0},
+		"value, junk": {headValue, 7},
+	} {
+		if got, err := decodeResult(store.Result{Head: head}); !errors.Is(err, ErrCorruptRecord) {
+			t.Errorf("%s: decodeResult(%v) = %+v, %v; want ErrCorruptRecord", name, head, got, err)
 		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // blipStore is a testStore whose calls fail, as a store that is down,
@@ -42,7 +44,7 @@ func (s *blipStore) fails(op string) bool {
 	return s.down[op]
 }
 
-func (s *blipStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+func (s *blipStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	if s.fails("claim") {
 		s.mu.Lock()
 		landing := s.landing
@@ -50,30 +52,30 @@ func (s *blipStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
 		if landing {
 			s.testStore.Claim(ctx, c)
 		}
-		return ClaimResult{}, errBlip
+		return store.ClaimResult{}, errBlip
 	}
 	return s.testStore.Claim(ctx, c)
 }
 
-func (s *blipStore) Complete(ctx context.Context, scope, key, token string, resp Response, now, exp time.Time) error {
+func (s *blipStore) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
 	if s.fails("complete") {
 		return errBlip
 	}
-	return s.testStore.Complete(ctx, scope, key, token, resp, now, exp)
+	return s.testStore.Complete(ctx, h, c)
 }
 
-func (s *blipStore) Release(ctx context.Context, scope, key, token string) error {
+func (s *blipStore) Release(ctx context.Context, h store.Hold) error {
 	if s.fails("release") {
 		return errBlip
 	}
-	return s.testStore.Release(ctx, scope, key, token)
+	return s.testStore.Release(ctx, h)
 }
 
-func (s *blipStore) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+func (s *blipStore) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Time) error {
 	if s.fails("extend") {
 		return errBlip
 	}
-	return s.testStore.Extend(ctx, scope, key, token, now, leaseEnd)
+	return s.testStore.Extend(ctx, h, now, leaseEnd)
 }
 
 // counting is a handler that counts its runs and answers 201 "run N", or
@@ -467,11 +469,11 @@ type lateStore struct {
 	late atomic.Bool
 }
 
-func (s *lateStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+func (s *lateStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	res, err := s.testStore.Claim(ctx, c)
 	if s.late.Load() || s.count("claim") == 1 {
 		s.late.Store(true)
-		return ClaimResult{}, context.DeadlineExceeded
+		return store.ClaimResult{}, context.DeadlineExceeded
 	}
 	return res, err
 }

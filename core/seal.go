@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // This file is encryption at rest (WithEncryption): the engine seals what
@@ -252,6 +254,7 @@ func (e *Engine) seal(scope, key string, resp Response) Response {
 	sealed := k.aead.Seal(buf[:ns], buf[:ns], buf[ns:], aad(scope, key, resp.Status))
 	return Response{
 		Status: resp.Status,
+		kind:   resp.kind,
 		Header: http.Header{HeaderSealed: {k.id}},
 		Body:   sealed,
 	}
@@ -259,8 +262,8 @@ func (e *Engine) seal(scope, key string, resp Response) Response {
 
 // unknownSeal returns an error wrapping ErrUndecryptable when rec is a
 // completed record sealed under a key the engine does not hold.
-func (e *Engine) unknownSeal(rec *Record) error {
-	if rec.State != StateCompleted || rec.Response == nil {
+func (e *Engine) unknownSeal(rec *record) error {
+	if rec.State != store.Completed || rec.Response == nil {
 		return nil
 	}
 	ids := rec.Response.Header[HeaderSealed]
@@ -284,9 +287,9 @@ func (e *Engine) open(scope, key string, stored *Response) (*Response, error) {
 		return stored, nil
 	}
 	if len(stored.Body) == 0 && stored.BodyOmitted {
-		return &Response{Status: stored.Status, BodyOmitted: true}, nil
+		return &Response{Status: stored.Status, kind: stored.kind, BodyOmitted: true}, nil
 	}
-	if err := e.unknownSeal(&Record{State: StateCompleted, Response: stored}); err != nil {
+	if err := e.unknownSeal(&record{State: store.Completed, Response: stored}); err != nil {
 		return nil, err
 	}
 	k := e.cfg.ring.keys[ids[0]]
@@ -303,7 +306,7 @@ func (e *Engine) open(scope, key string, stored *Response) (*Response, error) {
 		return nil, fmt.Errorf("%w: the sealed result is malformed", ErrUndecryptable)
 	}
 	hdr, rest := plain[m:m+int(n)], plain[m+int(n):]
-	resp := &Response{Status: stored.Status, BodyOmitted: rest[0]&1 != 0}
+	resp := &Response{Status: stored.Status, kind: stored.kind, BodyOmitted: rest[0]&1 != 0}
 	if len(rest) > 1 {
 		resp.Body = rest[1:]
 	}

@@ -8,30 +8,40 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 func testKey(id string, b byte) EncryptionKey {
 	return EncryptionKey{ID: id, Secret: bytes.Repeat([]byte{b}, 32)}
 }
 
-// raw returns the record s holds for (scope, key), as the store keeps it.
-func (s *testStore) raw(scope, key string) *Record {
+// raw returns the record s holds for (scope, key), as the store keeps it
+// (sealed, when it is), its result decoded.
+func (s *testStore) raw(scope, key string) *record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.recs[[2]string{scope, key}]
 	if !ok {
 		return nil
 	}
-	cp := r.Record
-	return &cp
+	rec, err := fromStore(&r.Record)
+	if err != nil {
+		panic(err)
+	}
+	return rec
 }
 
 // put stores rec under (scope, key), as a tool with access to the store
 // could.
-func (s *testStore) put(scope, key string, rec Record) {
+func (s *testStore) put(scope, key string, rec record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.recs[[2]string{scope, key}] = &testRec{Record: rec}
+	r := store.Record{Fingerprint: rec.Fingerprint, State: rec.State, CreatedAt: rec.CreatedAt, LeaseEnd: rec.LeaseEnd, ExpiresAt: rec.ExpiresAt}
+	if rec.Response != nil {
+		r.Result = encodeResult(rec.Response)
+	}
+	s.recs[[2]string{scope, key}] = &testRec{Record: r}
 }
 
 const secretBody = `{"card":"4242 4242 4242 4242","name":"Ada Lovelace"}`

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/core/store"
 )
 
 // testStore is a minimal store for the engine's own tests (the real
@@ -16,8 +18,20 @@ type testStore struct {
 }
 
 type testRec struct {
-	Record
+	store.Record
 	token string
+}
+
+// resp is the record's result decoded; nil while it is in progress.
+func (r *testRec) resp() *Response {
+	if r.State != store.Completed {
+		return nil
+	}
+	resp, err := decodeResult(r.Result)
+	if err != nil {
+		panic(err)
+	}
+	return resp
 }
 
 func newTestStore() *testStore {
@@ -30,42 +44,44 @@ func (s *testStore) count(op string) int {
 	return s.calls[op]
 }
 
-func (s *testStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+func (s *testStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls["claim"]++
 	k := [2]string{c.Scope, c.Key}
 	if r, ok := s.recs[k]; ok && !r.Takeable(c.Now) {
 		cp := r.Record
-		return ClaimResult{Existing: &cp}, nil
+		return store.ClaimResult{Existing: &cp}, nil
 	}
-	s.recs[k] = &testRec{Record: Record{Fingerprint: c.Fingerprint, State: StateInProgress, CreatedAt: c.Now, LeaseEnd: c.LeaseEnd, ExpiresAt: c.LeaseEnd}, token: c.Token}
-	return ClaimResult{Acquired: true}, nil
+	s.recs[k] = &testRec{Record: store.Record{Fingerprint: c.Fingerprint, State: store.InProgress, CreatedAt: c.Now, LeaseEnd: c.LeaseEnd, ExpiresAt: c.LeaseEnd}, token: c.Token}
+	return store.ClaimResult{Acquired: true}, nil
 }
 
-func (s *testStore) Complete(ctx context.Context, scope, key, token string, resp Response, now, exp time.Time) error {
+func (s *testStore) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls["complete"]++
-	k := [2]string{scope, key}
+	k := [2]string{h.Scope, h.Key}
 	r, ok := s.recs[k]
-	if !ok || r.token != token || r.State != StateInProgress {
+	if !ok || r.token != h.Token || r.State != store.InProgress {
 		return ErrLeaseLost
 	}
-	resp.Body = append([]byte(nil), resp.Body...)
-	resp.Header = resp.Header.Clone()
-	r.State, r.Response, r.LeaseEnd, r.ExpiresAt = StateCompleted, &resp, time.Time{}, exp
+	res := store.Result{Head: append([]byte(nil), c.Result.Head...), BodyOmitted: c.Result.BodyOmitted}
+	if len(c.Result.Body) > 0 {
+		res.Body = append([]byte(nil), c.Result.Body...)
+	}
+	r.State, r.Result, r.LeaseEnd, r.ExpiresAt = store.Completed, res, time.Time{}, c.ExpiresAt
 	s.notify(k)
 	return nil
 }
 
-func (s *testStore) Release(ctx context.Context, scope, key, token string) error {
+func (s *testStore) Release(ctx context.Context, h store.Hold) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls["release"]++
-	k := [2]string{scope, key}
+	k := [2]string{h.Scope, h.Key}
 	r, ok := s.recs[k]
-	if !ok || r.token != token || r.State != StateInProgress {
+	if !ok || r.token != h.Token || r.State != store.InProgress {
 		return ErrLeaseLost
 	}
 	delete(s.recs, k)
@@ -73,22 +89,22 @@ func (s *testStore) Release(ctx context.Context, scope, key, token string) error
 	return nil
 }
 
-func (s *testStore) Get(ctx context.Context, scope, key string, now time.Time) (Record, bool, error) {
+func (s *testStore) Get(ctx context.Context, ref store.Ref, now time.Time) (store.Record, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.recs[[2]string{scope, key}]
+	r, ok := s.recs[[2]string{ref.Scope, ref.Key}]
 	if !ok || !now.Before(r.ExpiresAt) {
-		return Record{}, false, nil
+		return store.Record{}, false, nil
 	}
 	return r.Record, true, nil
 }
 
-func (s *testStore) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+func (s *testStore) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls["extend"]++
-	r, ok := s.recs[[2]string{scope, key}]
-	if !ok || r.token != token || r.State != StateInProgress {
+	r, ok := s.recs[[2]string{h.Scope, h.Key}]
+	if !ok || r.token != h.Token || r.State != store.InProgress {
 		return ErrLeaseLost
 	}
 	r.LeaseEnd, r.ExpiresAt = leaseEnd, leaseEnd
@@ -105,10 +121,10 @@ func (s *testStore) notify(k [2]string) {
 // notifyingStore adds the Notifier capability to testStore.
 type notifyingStore struct{ *testStore }
 
-func (s notifyingStore) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
+func (s notifyingStore) Watch(ctx context.Context, ref store.Ref) (<-chan struct{}, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := [2]string{scope, key}
+	k := [2]string{ref.Scope, ref.Key}
 	ch := make(chan struct{})
 	s.watchers[k] = append(s.watchers[k], ch)
 	return ch, func() {
@@ -124,10 +140,10 @@ func (s notifyingStore) Watch(ctx context.Context, scope, key string) (<-chan st
 	}, nil
 }
 
-func (s *testStore) Delete(ctx context.Context, scope, key string) (bool, error) {
+func (s *testStore) Delete(ctx context.Context, ref store.Ref) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := [2]string{scope, key}
+	k := [2]string{ref.Scope, ref.Key}
 	_, ok := s.recs[k]
 	delete(s.recs, k)
 	s.notify(k)
@@ -135,16 +151,26 @@ func (s *testStore) Delete(ctx context.Context, scope, key string) (bool, error)
 }
 
 // Evict deletes the record while it holds token, in any state.
-func (s *testStore) Evict(ctx context.Context, scope, key, token string) error {
+func (s *testStore) Evict(ctx context.Context, h store.Hold) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls["evict"]++
-	k := [2]string{scope, key}
+	k := [2]string{h.Scope, h.Key}
 	r, ok := s.recs[k]
-	if !ok || r.token != token {
+	if !ok || r.token != h.Token {
 		return ErrLeaseLost
 	}
 	delete(s.recs, k)
 	s.notify(k)
 	return nil
+}
+
+// lookup is Get with the result decoded, for tests.
+func (s *testStore) lookup(ctx context.Context, scope, key string, now time.Time) (*record, bool, error) {
+	r, ok, err := s.Get(ctx, store.Ref{Scope: scope, Key: key}, now)
+	if !ok || err != nil {
+		return nil, ok, err
+	}
+	rec, err := fromStore(&r)
+	return rec, err == nil, err
 }
