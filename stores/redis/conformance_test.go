@@ -40,14 +40,22 @@ func TestConformanceCluster(t *testing.T) {
 // middleware on Redis, on one server and on the cluster.
 //
 // The suite moves a manual clock (idem.WithClock) to pass leases and
-// retentions. The engine aligns the time it passes to a store that is an
+// retentions. The engine aligns the time it passes to a store that is a
 // store.Clock with the store's clock, measuring the offset against the
 // engine's clock in the background: a measurement that straddles a move
 // of the manual clock takes the move back (core/clock.go). So the suite
 // runs the Store without its Clock; the store suite checks Now.
 func TestHTTP(t *testing.T) {
-	for name, client := range map[string]redis.UniversalClient{"single": testClient(t), "cluster": startCluster(t)} {
+	// Each client is made in its subtest, so that -skip 'TestHTTP/cluster'
+	// starts no cluster.
+	for _, name := range []string{"single", "cluster"} {
 		t.Run(name, func(t *testing.T) {
+			var client redis.UniversalClient
+			if name == "single" {
+				client = testClient(t)
+			} else {
+				client = startCluster(t)
+			}
 			conformance.RunHTTP(t, conformance.Harness{
 				NewStore: func(t *testing.T) store.Store { return withoutClock(newTestStore(t, client)) },
 				Handler: func(t *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
