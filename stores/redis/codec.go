@@ -346,8 +346,11 @@ func decodeResult(s string) (store.Result, error) {
 func decodeLegacy(s string) (store.Result, error) {
 	var res store.Result
 	status, rest, ok := uvarint(s)
-	if !ok || rest == "" || status > math.MaxInt32 {
+	if !ok || status > math.MaxInt32 {
 		return res, corrupt("bad legacy response status")
+	}
+	if rest == "" {
+		return res, corrupt("no legacy response flags")
 	}
 	flags := rest[0]
 	rest = rest[1:]

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
-	"github.com/idemkit/idem/core/store"
 	redisstore "github.com/idemkit/idem/stores/redis"
 	"github.com/redis/go-redis/v9"
 )
