@@ -255,10 +255,10 @@ func chunk(s string) (string, string, bool) {
 const completedLease = "00000000000000000000"
 
 // decodeRecord decodes a record as the claim script or GET returns it. It
-// accepts only what this package writes, in its one encoding: state 1 or 2;
-// for a completed record no lease end and a result in the current format,
-// with known flags, or a legacy response (see the layout above) with
-// known flags; no bytes after an in-progress record's fingerprint.
+// accepts only what this package writes or wrote: state 1 or 2; for a
+// completed record no lease end and either a result in the current format
+// or a legacy response (see the layout above), with known flags; no bytes
+// after an in-progress record's fingerprint.
 // Its errors wrap store.ErrCorruptRecord.
 func decodeRecord(v string) (store.Record, error) {
 	var rec store.Record
