@@ -1,23 +1,26 @@
 // Package conformance holds the shared test suites that define how idem's
 // parts must behave. A store or adapter passes its suite, or it is not done.
 //
-// [RunStore] checks an [idem.Store], and every optional capability it
-// implements, against the store contract. The memory, Redis, PostgreSQL and
-// MySQL stores run it from their tests, and a store written outside this
+// [RunStore] checks a [store.Store], and every optional capability it
+// implements, against the store contract. The memory, Redis, PostgreSQL,
+// MySQL, SQLite and DynamoDB stores run it from their tests, and a store written outside this
 // repository should too. Each rule is a subtest of its own:
 //
 //   - Claim takes a key that has no record, whose record has expired
 //     (now at or past ExpiresAt), or whose in-progress claim's lease has
 //     ended (now at or past LeaseEnd); otherwise it returns the record as
 //     Existing in the same call, with the right fingerprint, state,
-//     CreatedAt, LeaseEnd, ExpiresAt and, once completed, Response.
-//   - Complete and Release act only for the token that holds the claim,
-//     Complete only before the lease ends, Release never on a completed
-//     record; otherwise they return [idem.ErrLeaseLost] and change nothing.
-//   - Responses round-trip exactly: status, multi-valued headers in order,
-//     empty, binary and 1 MiB bodies, and BodyOmitted. The caller may reuse
-//     the body's memory once Complete returns; it never changes the header
-//     it handed over.
+//     CreatedAt, LeaseEnd, ExpiresAt and, once completed, Result.
+//   - Complete and Release act only for the token that holds the claim
+//     (Complete also after the lease ended, while nobody took the key
+//     over), Release never on a completed record; otherwise they return
+//     [store.ErrLeaseLost] and change nothing.
+//   - Results are opaque bytes and round-trip exactly: Heads of one byte,
+//     of every byte value (0 bytes, bytes that are not UTF-8) and of
+//     exactly [store.MaxHead] bytes; nil, empty, binary and 1 MiB bodies;
+//     BodyOmitted with its Head kept. Completion.Failed is not stored. The
+//     caller may reuse the memory of the Result it passed once Complete
+//     (or Tx.Commit) returns.
 //   - (scope, key) pairs are independent, even when scopes hold ':', '{',
 //     '}', spaces, NUL or bytes that are not UTF-8 and a naive
 //     concatenation of scope and key would collide.
@@ -25,8 +28,8 @@
 //     claimed and completed from 8 goroutines all succeed; concurrent
 //     takeovers of an abandoned or expired record leave one owner.
 //   - The Existing record is a copy: changing its fields does not change
-//     the store. The suite does not modify Existing.Response or what it
-//     points to, so a store may share one immutable Response between
+//     the store. The suite does not modify the bytes Existing.Result's
+//     slices hold, so a store may share one immutable copy between
 //     readers.
 //   - Each optional capability the store implements, in its own subtests.
 //
@@ -40,6 +43,10 @@
 // tolerance of 1 ms, so a store keeps at least millisecond precision; the
 // zero time (LeaseEnd of a completed record) reads back as the zero time.
 // Keys are printable ASCII, as the engine sends them.
+//
+// [RunTxEnded] checks, for a store with exactly-once transactions, Commit
+// after the handler ended its transaction: a Failed completion is stored
+// on its own, any other is refused.
 //
 // RunHTTP, in http.go, is the HTTP behaviour suite: it mounts the fixture
 // routes through an adapter in-process and checks what clients see

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // The plaintext RunEncryption's handler answers with: no byte of it may
@@ -38,7 +39,7 @@ func EncryptionKeys(n int) []idem.EncryptionKey {
 // for an engine that lacks the key. raw returns every byte the store
 // holds for the record of (scope, key), read directly (the row, the
 // Redis value, the item), not through the Store interface.
-func RunEncryption(t *testing.T, store idem.Store, raw func(t *testing.T, scope, key string) []byte) {
+func RunEncryption(t *testing.T, s store.Store, raw func(t *testing.T, scope, key string) []byte) {
 	t.Helper()
 	k := EncryptionKeys(3)
 	runs := 0
@@ -50,7 +51,7 @@ func RunEncryption(t *testing.T, store idem.Store, raw func(t *testing.T, scope,
 		_, _ = io.WriteString(w, secretBody)
 	})
 	engine := func(t *testing.T, keys ...idem.EncryptionKey) http.Handler {
-		e, err := idem.New(store, idem.WithEncryption(keys...), idem.WithLogger(slog.New(slog.DiscardHandler)))
+		e, err := idem.New(s, idem.WithEncryption(keys...), idem.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,11 +5,11 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/conformance"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // myStore stands for the store under test, say one backed by a database.
-type myStore struct{ idem.Store }
+type myStore struct{ store.Store }
 
 func openMyStore(keyPrefix string) (*myStore, error) {
 	return nil, errors.New("openMyStore: stands for your store's constructor")
@@ -23,7 +23,7 @@ func (*myStore) Close() error { return nil }
 // the function below is a top-level func TestConformance(t *testing.T).
 func ExampleRunStore() {
 	testConformance := func(t *testing.T) {
-		conformance.RunStore(t, func(t *testing.T) idem.Store {
+		conformance.RunStore(t, func(t *testing.T) store.Store {
 			s, err := openMyStore("idem-test:" + t.Name() + ":")
 			if err != nil {
 				t.Fatalf("open store: %v", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // Harness builds what RunHTTP tests: a fresh store per scenario and the
@@ -24,7 +25,7 @@ import (
 type Harness struct {
 	// NewStore returns a fresh, empty store for one scenario; register its
 	// cleanup with t.Cleanup.
-	NewStore func(t *testing.T) idem.Store
+	NewStore func(t *testing.T) store.Store
 	// Handler mounts every route of f.Routes() on the router under test,
 	// the protected ones behind the idempotency middleware built from e
 	// (with each route's Options, or once at the top with GlobalOptions),
@@ -75,7 +76,7 @@ type env struct {
 	e     *idem.Engine
 	h     http.Handler
 	f     *Fixture
-	store idem.Store
+	store store.Store
 	clock *manualClock
 	fail  *failingStore
 }
@@ -94,7 +95,7 @@ func newEnv(t *testing.T, h Harness, sc scenario) *env {
 	// The engine sees the store itself, with all its capabilities
 	// (exactly-once transactions included), except in the scenarios that
 	// make it fail.
-	var s idem.Store = v.store
+	var s store.Store = v.store
 	if sc.fails {
 		s = v.fail
 	}
@@ -292,7 +293,7 @@ var errStoreDown = errors.New("conformance: store is down")
 // failingStore wraps a store and fails every call while down is set, and
 // Complete alone while completeDown is.
 type failingStore struct {
-	idem.Store
+	store.Store
 	mu           sync.Mutex
 	down         bool
 	completeDown bool
@@ -302,28 +303,28 @@ func (s *failingStore) setDown(b bool)         { s.mu.Lock(); s.down = b; s.mu.U
 func (s *failingStore) setCompleteDown(b bool) { s.mu.Lock(); s.completeDown = b; s.mu.Unlock() }
 func (s *failingStore) isDown() bool           { s.mu.Lock(); defer s.mu.Unlock(); return s.down }
 
-func (s *failingStore) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+func (s *failingStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	if s.isDown() {
-		return idem.ClaimResult{}, errStoreDown
+		return store.ClaimResult{}, errStoreDown
 	}
 	return s.Store.Claim(ctx, c)
 }
 
-func (s *failingStore) Complete(ctx context.Context, scope, key, token string, r idem.Response, now, exp time.Time) error {
+func (s *failingStore) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
 	s.mu.Lock()
 	down := s.down || s.completeDown
 	s.mu.Unlock()
 	if down {
 		return errStoreDown
 	}
-	return s.Store.Complete(ctx, scope, key, token, r, now, exp)
+	return s.Store.Complete(ctx, h, c)
 }
 
 // Watch passes the store's Notifier through, so wait mode is tested with
 // notifications when the store has them.
-func (s *failingStore) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
-	if n, ok := s.Store.(idem.Notifier); ok {
-		return n.Watch(ctx, scope, key)
+func (s *failingStore) Watch(ctx context.Context, r store.Ref) (<-chan struct{}, func(), error) {
+	if n, ok := s.Store.(store.Notifier); ok {
+		return n.Watch(ctx, r)
 	}
 	return nil, nil, errors.New("conformance: store has no Notifier")
 }
@@ -765,7 +766,7 @@ func testRetention(t *testing.T, v *env) {
 func testAbandonedClaim(t *testing.T, v *env) {
 	// A claim whose owner died: planted directly in the store.
 	now := v.clock.Now()
-	res, err := v.store.Claim(t.Context(), idem.Claim{
+	res, err := v.store.Claim(t.Context(), store.Claim{
 		Scope: idem.Scope("", "POST", "/echo"), Key: "dead",
 		Fingerprint: idem.Fingerprint("POST", "/echo", []byte("x")),
 		Token:       "dead-owner", Now: now, LeaseEnd: now.Add(time.Minute),
@@ -786,8 +787,8 @@ func testAbandonedClaim(t *testing.T, v *env) {
 
 // testAdminHandler: admin handler inspects a running claim and evicts it.
 func testAdminHandler(t *testing.T, v *env) {
-	_, canGet := v.store.(idem.Getter)
-	_, canDelete := v.store.(idem.Deleter)
+	_, canGet := v.store.(store.Getter)
+	_, canDelete := v.store.(store.Deleter)
 	if !canGet || !canDelete {
 		t.Skipf("%T has no Getter or Deleter", v.store)
 	}

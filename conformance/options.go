@@ -13,6 +13,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // RunPaymentOptions checks, on a store, the engine options payment APIs
@@ -21,10 +22,10 @@ import (
 // replayed-headers allowlist, WithRedact and WithReplayHook, through the
 // net/http middleware and through Engine.Do. Each check gets a fresh
 // engine on store and keys of its own.
-func RunPaymentOptions(t *testing.T, store idem.Store) {
+func RunPaymentOptions(t *testing.T, s store.Store) {
 	t.Helper()
 	engine := func(t *testing.T, opts ...idem.Option) *idem.Engine {
-		e, err := idem.New(store, append([]idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+		e, err := idem.New(s, append([]idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

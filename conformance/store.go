@@ -5,16 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
-	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // Lifetimes the suite uses. They are only offsets from a base time: no test
@@ -37,10 +35,10 @@ var scopeA = idem.Scope("tenant-1", "POST", "/orders/{id}")
 // scopeOther is another tenant's scope, for tests that span two.
 var scopeOther = idem.Scope("tenant-2", "POST", "/orders/{id}")
 
-// RunStore checks that a Store keeps the contract written on [idem.Store]
+// RunStore checks that a Store keeps the contract written on [store.Store]
 // and on the optional capabilities it implements (Getter, Deleter,
-// ExpiredDeleter, Extender, Notifier, TxBeginner; a capability's subtests
-// are skipped when the store lacks it). It is the one definition of that
+// ExpiredDeleter, Extender, BatchExtender, Evicter, Clock, Notifier,
+// TxBeginner; a capability's subtests are skipped when the store lacks it). It is the one definition of that
 // contract: every store here runs it, and so should any other.
 //
 // newStore returns a fresh, empty store that no other subtest sees (a new
@@ -49,8 +47,8 @@ var scopeOther = idem.Scope("tenant-2", "POST", "/orders/{id}")
 // and once per capability; subtests do not run in parallel. What the
 // suite checks, and how it treats time, is in the package docs.
 //
-//	conformance.RunStore(t, func(t *testing.T) idem.Store { return newTestStore(t) })
-func RunStore(t *testing.T, newStore func(t *testing.T) idem.Store) {
+//	conformance.RunStore(t, func(t *testing.T) store.Store { return newTestStore(t) })
+func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
 	for _, tc := range contractTests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,7 +58,7 @@ func RunStore(t *testing.T, newStore func(t *testing.T) idem.Store) {
 	for _, group := range capabilityTests {
 		t.Run(group.name, func(t *testing.T) {
 			if probe := newStore(t); !group.implementedBy(probe) {
-				t.Skipf("%T does not implement idem.%s; its rules are not checked", probe, group.name)
+				t.Skipf("%T does not implement store.%s; its rules are not checked", probe, group.name)
 			}
 			for _, tc := range group.tests {
 				t.Run(tc.name, func(t *testing.T) {
@@ -80,7 +78,7 @@ var contractTests = []storeTest{
 	{"ClaimOnEmpty", testClaimOnEmpty},
 	{"ClaimLiveLeaseReturnsExisting", testClaimLiveLease},
 	{"ClaimAbandonedLeaseTakesOver", testClaimAbandonedLease},
-	{"ClaimCompletedReturnsResponse", testClaimCompleted},
+	{"ClaimCompletedReturnsResult", testClaimCompleted},
 	{"ClaimExpiredCompletedTakesOver", testClaimExpiredCompleted},
 	{"CompleteWrongToken", testCompleteWrongToken},
 	{"CompleteMissingRecord", testCompleteMissing},
@@ -92,7 +90,7 @@ var contractTests = []storeTest{
 	{"ReleaseNeverDeletesCompleted", testReleaseCompleted},
 	{"ReleaseThenClaimAgain", testReleaseThenClaim},
 	{"ReleaseMissingRecord", testReleaseMissing},
-	{"ResponseRoundTrip", testResponseRoundTrip},
+	{"ResultRoundTrip", testResultRoundTrip},
 	{"TimePrecision", testTimePrecision},
 	{"ScopeAndKeyIsolation", testIsolation},
 	{"ConcurrentClaimsOneKey", testConcurrentOneKey},
@@ -104,32 +102,32 @@ var contractTests = []storeTest{
 
 type capabilityGroup struct {
 	name          string
-	implementedBy func(idem.Store) bool
+	implementedBy func(store.Store) bool
 	tests         []storeTest
 }
 
-func implements[C any](s idem.Store) bool {
+func implements[C any](s store.Store) bool {
 	_, ok := s.(C)
 	return ok
 }
 
 var capabilityTests = []capabilityGroup{
-	{"Getter", implements[idem.Getter], []storeTest{
+	{"Getter", implements[store.Getter], []storeTest{
 		{"InProgress", testGetInProgress},
 		{"Completed", testGetCompleted},
 		{"Missing", testGetMissing},
 		{"Expired", testGetExpired},
 	}},
-	{"Deleter", implements[idem.Deleter], []storeTest{
+	{"Deleter", implements[store.Deleter], []storeTest{
 		{"InProgress", testDeleteInProgress},
 		{"Completed", testDeleteCompleted},
 		{"Missing", testDeleteMissing},
 	}},
-	{"ExpiredDeleter", implements[idem.ExpiredDeleter], []storeTest{
+	{"ExpiredDeleter", implements[store.ExpiredDeleter], []storeTest{
 		{"Empty", testDeleteExpiredEmpty},
 		{"RemovesOnlyExpired", testDeleteExpired},
 	}},
-	{"Extender", implements[idem.Extender], []storeTest{
+	{"Extender", implements[store.Extender], []storeTest{
 		{"ExtendsLiveClaim", testExtendLive},
 		{"WrongToken", testExtendWrongToken},
 		{"Completed", testExtendCompleted},
@@ -137,28 +135,28 @@ var capabilityTests = []capabilityGroup{
 		{"MissingRecord", testExtendMissing},
 		{"AfterTakeover", testExtendAfterTakeover},
 	}},
-	{"BatchExtender", implements[idem.BatchExtender], []storeTest{
+	{"BatchExtender", implements[store.BatchExtender], []storeTest{
 		{"EachRefOnItsOwn", testExtendBatch},
 	}},
-	{"Evicter", implements[idem.Evicter], []storeTest{
+	{"Evicter", implements[store.Evicter], []storeTest{
 		{"InProgress", testEvictInProgress},
 		{"Completed", testEvictCompleted},
 		{"WrongToken", testEvictWrongToken},
 		{"AfterTakeover", testEvictAfterTakeover},
 		{"MissingRecord", testEvictMissing},
 	}},
-	{"Clock", implements[idem.Clock], []storeTest{
+	{"Clock", implements[store.Clock], []storeTest{
 		{"NearLocalTime", testClockNearLocal},
 		{"MovesForward", testClockForward},
 	}},
-	{"Notifier", implements[idem.Notifier], []storeTest{
+	{"Notifier", implements[store.Notifier], []storeTest{
 		{"Complete", testWatchComplete},
 		{"Release", testWatchRelease},
 		{"Delete", testWatchDelete},
 		{"SeveralWatchers", testWatchSeveral},
 		{"StopTwice", testWatchStopTwice},
 	}},
-	{"TxBeginner", implements[idem.TxBeginner], []storeTest{
+	{"TxBeginner", implements[store.TxBeginner], []storeTest{
 		{"CommitCompletes", testTxCommit},
 		{"CommitAfterBeginContextEnds", testTxCommitAfterBeginCtx},
 		{"CommitAfterTakeover", testTxCommitAfterTakeover},
@@ -170,11 +168,11 @@ var capabilityTests = []capabilityGroup{
 // harness carries one subtest's store and clock.
 type harness struct {
 	t    *testing.T
-	s    idem.Store
+	s    store.Store
 	base time.Time
 }
 
-func newHarness(t *testing.T, s idem.Store) *harness {
+func newHarness(t *testing.T, s store.Store) *harness {
 	if s == nil {
 		t.Fatal("newStore returned a nil Store")
 	}
@@ -197,8 +195,8 @@ func (h *harness) when(x time.Time) string {
 }
 
 // newClaim returns a claim taken at now with the default lease.
-func (h *harness) newClaim(scope, key, fingerprint, token string, now time.Time) idem.Claim {
-	return idem.Claim{
+func (h *harness) newClaim(scope, key, fingerprint, token string, now time.Time) store.Claim {
+	return store.Claim{
 		Scope:       scope,
 		Key:         key,
 		Fingerprint: fingerprint,
@@ -208,14 +206,14 @@ func (h *harness) newClaim(scope, key, fingerprint, token string, now time.Time)
 	}
 }
 
-func (h *harness) describe(c idem.Claim) string {
+func (h *harness) describe(c store.Claim) string {
 	return fmt.Sprintf("Claim(scope %q, key %q, fingerprint %q, token %q, now %s, lease end %s)",
 		c.Scope, c.Key, c.Fingerprint, c.Token, h.when(c.Now), h.when(c.LeaseEnd))
 }
 
 // claim calls Claim and checks that Existing is set exactly when Acquired
 // is false.
-func (h *harness) claim(c idem.Claim) idem.ClaimResult {
+func (h *harness) claim(c store.Claim) store.ClaimResult {
 	h.t.Helper()
 	res, err := h.s.Claim(h.t.Context(), c)
 	if err != nil {
@@ -231,7 +229,7 @@ func (h *harness) claim(c idem.Claim) idem.ClaimResult {
 }
 
 // acquire claims and fails the test unless the claim is acquired.
-func (h *harness) acquire(c idem.Claim, why string) {
+func (h *harness) acquire(c store.Claim, why string) {
 	h.t.Helper()
 	if res := h.claim(c); !res.Acquired {
 		h.t.Fatalf("%s: not acquired, want acquired (%s); existing record: %s", h.describe(c), why, h.formatRecord(res.Existing))
@@ -240,7 +238,7 @@ func (h *harness) acquire(c idem.Claim, why string) {
 
 // blocked claims and fails the test unless the claim is refused; it
 // returns the Existing record.
-func (h *harness) blocked(c idem.Claim, why string) *idem.Record {
+func (h *harness) blocked(c store.Claim, why string) *store.Record {
 	h.t.Helper()
 	res := h.claim(c)
 	if res.Acquired {
@@ -249,26 +247,37 @@ func (h *harness) blocked(c idem.Claim, why string) *idem.Record {
 	return res.Existing
 }
 
-func (h *harness) formatRecord(r *idem.Record) string {
+func (h *harness) formatRecord(r *store.Record) string {
 	if r == nil {
 		return "<nil>"
 	}
-	resp := "<nil>"
-	if r.Response != nil {
-		resp = fmt.Sprintf("{Status:%d Header:%v Body:%d bytes BodyOmitted:%t}",
-			r.Response.Status, r.Response.Header, len(r.Response.Body), r.Response.BodyOmitted)
+	return fmt.Sprintf("{Fingerprint:%q State:%s CreatedAt:%s LeaseEnd:%s ExpiresAt:%s Result:%s}",
+		r.Fingerprint, r.State, h.when(r.CreatedAt), h.when(r.LeaseEnd), h.when(r.ExpiresAt), formatResult(&r.Result))
+}
+
+// formatResult describes r for failure messages: the sizes, and the
+// start of the Head.
+func formatResult(r *store.Result) string {
+	head := r.Head
+	if len(head) > 32 {
+		head = head[:32]
 	}
-	return fmt.Sprintf("{Fingerprint:%q State:%s CreatedAt:%s LeaseEnd:%s ExpiresAt:%s Response:%s}",
-		r.Fingerprint, r.State, h.when(r.CreatedAt), h.when(r.LeaseEnd), h.when(r.ExpiresAt), resp)
+	return fmt.Sprintf("{Head:%d bytes, starting %q Body:%d bytes (nil %t) BodyOmitted:%t}",
+		len(r.Head), head, len(r.Body), r.Body == nil, r.BodyOmitted)
 }
 
-func (h *harness) complete(scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
-	return h.s.Complete(h.t.Context(), scope, key, token, resp, now, expiresAt)
+// hold names the claim of (scope, key) with token.
+func hold(scope, key, token string) store.Hold {
+	return store.Hold{Ref: store.Ref{Scope: scope, Key: key}, Token: token}
 }
 
-func (h *harness) mustComplete(scope, key, token string, resp idem.Response, now, expiresAt time.Time) {
+func (h *harness) complete(scope, key, token string, res store.Result, now, expiresAt time.Time) error {
+	return h.s.Complete(h.t.Context(), hold(scope, key, token), store.Completion{Result: res, Now: now, ExpiresAt: expiresAt})
+}
+
+func (h *harness) mustComplete(scope, key, token string, res store.Result, now, expiresAt time.Time) {
 	h.t.Helper()
-	if err := h.complete(scope, key, token, resp, now, expiresAt); err != nil {
+	if err := h.complete(scope, key, token, res, now, expiresAt); err != nil {
 		h.t.Fatalf("Complete(scope %q, key %q, token %q, now %s, expires %s): unexpected error: %v",
 			scope, key, token, h.when(now), h.when(expiresAt), err)
 	}
@@ -277,44 +286,44 @@ func (h *harness) mustComplete(scope, key, token string, resp idem.Response, now
 // wantLeaseLost fails the test unless err is ErrLeaseLost.
 func (h *harness) wantLeaseLost(err error, call string) {
 	h.t.Helper()
-	if !errors.Is(err, idem.ErrLeaseLost) {
-		h.t.Fatalf("%s: got error %v, want one that errors.Is idem.ErrLeaseLost", call, err)
+	if !errors.Is(err, store.ErrLeaseLost) {
+		h.t.Fatalf("%s: got error %v, want one that errors.Is store.ErrLeaseLost", call, err)
 	}
 }
 
 // want describes the record a store should hold.
 type want struct {
 	fingerprint string
-	state       idem.State
+	state       store.State
 	createdAt   time.Time
 	leaseEnd    time.Time // zero for completed records
 	expiresAt   time.Time
-	response    *idem.Response // checked when state is StateCompleted
+	result      *store.Result // checked when state is Completed
 }
 
 // inProgress describes the record a fresh claim c leaves.
-func inProgress(c idem.Claim) want {
+func inProgress(c store.Claim) want {
 	return want{
 		fingerprint: c.Fingerprint,
-		state:       idem.StateInProgress,
+		state:       store.InProgress,
 		createdAt:   c.Now,
 		leaseEnd:    c.LeaseEnd,
 		expiresAt:   c.LeaseEnd,
 	}
 }
 
-// completed describes the record claim c leaves once completed with resp.
-func completed(c idem.Claim, resp idem.Response, expiresAt time.Time) want {
+// completed describes the record claim c leaves once completed with res.
+func completed(c store.Claim, res store.Result, expiresAt time.Time) want {
 	return want{
 		fingerprint: c.Fingerprint,
-		state:       idem.StateCompleted,
+		state:       store.Completed,
 		createdAt:   c.Now,
 		expiresAt:   expiresAt,
-		response:    &resp,
+		result:      &res,
 	}
 }
 
-func (h *harness) checkRecord(what string, got *idem.Record, w want) {
+func (h *harness) checkRecord(what string, got *store.Record, w want) {
 	h.t.Helper()
 	if got == nil {
 		h.t.Fatalf("%s: record is nil", what)
@@ -329,12 +338,8 @@ func (h *harness) checkRecord(what string, got *idem.Record, w want) {
 	diffs = h.diffTime(diffs, "CreatedAt", got.CreatedAt, w.createdAt)
 	diffs = h.diffTime(diffs, "LeaseEnd", got.LeaseEnd, w.leaseEnd)
 	diffs = h.diffTime(diffs, "ExpiresAt", got.ExpiresAt, w.expiresAt)
-	if w.state == idem.StateCompleted {
-		if got.Response == nil {
-			diffs = append(diffs, "Response is nil, want the stored response")
-		} else {
-			diffs = append(diffs, diffResponse(got.Response, w.response)...)
-		}
+	if w.state == store.Completed {
+		diffs = append(diffs, diffResult(&got.Result, w.result)...)
 	}
 	if len(diffs) > 0 {
 		h.t.Errorf("%s: record differs from what was stored:\n\t%s\ngot %s",
@@ -359,59 +364,54 @@ func sameTime(a, b time.Time) bool {
 	return -timeTolerance <= d && d <= timeTolerance
 }
 
-// diffResponse lists how got differs from want. Nil and empty headers, and
-// nil and empty bodies, are equal.
-func diffResponse(got, want *idem.Response) []string {
+// diffResult lists how got differs from want: Head and Body byte for
+// byte (a nil and an empty Body are equal), and BodyOmitted.
+func diffResult(got, want *store.Result) []string {
 	var diffs []string
-	if got.Status != want.Status {
-		diffs = append(diffs, fmt.Sprintf("Response.Status is %d, want %d", got.Status, want.Status))
-	}
 	if got.BodyOmitted != want.BodyOmitted {
-		diffs = append(diffs, fmt.Sprintf("Response.BodyOmitted is %t, want %t", got.BodyOmitted, want.BodyOmitted))
+		diffs = append(diffs, fmt.Sprintf("Result.BodyOmitted is %t, want %t", got.BodyOmitted, want.BodyOmitted))
 	}
-	for _, k := range slices.Sorted(maps.Keys(want.Header)) {
-		g, ok := got.Header[k]
-		switch {
-		case !ok:
-			diffs = append(diffs, fmt.Sprintf("Response.Header has no %q, want %q", k, want.Header[k]))
-		case !slices.Equal(g, want.Header[k]):
-			diffs = append(diffs, fmt.Sprintf("Response.Header[%q] is %q, want %q (same values in the same order)", k, g, want.Header[k]))
-		}
+	if len(got.Head) == 0 {
+		diffs = append(diffs, "Result.Head is empty; a completed record always keeps its Head")
 	}
-	for _, k := range slices.Sorted(maps.Keys(got.Header)) {
-		if _, ok := want.Header[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("Response.Header has %q = %q, which was not stored", k, got.Header[k]))
-		}
+	if d := diffBytes("Result.Head", got.Head, want.Head); d != "" {
+		diffs = append(diffs, d)
 	}
-	if !bytes.Equal(got.Body, want.Body) {
-		i := 0
-		for i < len(got.Body) && i < len(want.Body) && got.Body[i] == want.Body[i] {
-			i++
-		}
-		msg := fmt.Sprintf("Response.Body is %d bytes, want %d; first difference at byte %d", len(got.Body), len(want.Body), i)
-		if i < len(got.Body) && i < len(want.Body) {
-			msg += fmt.Sprintf(" (got 0x%02x, want 0x%02x)", got.Body[i], want.Body[i])
-		}
-		diffs = append(diffs, msg)
+	if d := diffBytes("Result.Body", got.Body, want.Body); d != "" {
+		diffs = append(diffs, d)
 	}
 	return diffs
 }
 
-// okResponse is a small response the tests complete claims with.
-func okResponse(body string) idem.Response {
-	return idem.Response{
-		Status: http.StatusCreated,
-		Header: http.Header{
-			"Content-Type": {"application/json"},
-			"X-Request":    {body},
-		},
+// diffBytes describes how got differs from want, or returns "".
+func diffBytes(field string, got, want []byte) string {
+	if bytes.Equal(got, want) {
+		return ""
+	}
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	msg := fmt.Sprintf("%s is %d bytes, want %d; first difference at byte %d", field, len(got), len(want), i)
+	if i < len(got) && i < len(want) {
+		msg += fmt.Sprintf(" (got 0x%02x, want 0x%02x)", got[i], want[i])
+	}
+	return msg
+}
+
+// okResult is a small result the tests complete claims with. Its Head is
+// opaque bytes, as the engine's are to a store: not UTF-8, with a 0 byte,
+// and different for each body.
+func okResult(body string) store.Result {
+	return store.Result{
+		Head: append([]byte{0x01, 0xc9, 0x01, 0x00, 0xff, 0xfe, ' '}, body...),
 		Body: []byte(body),
 	}
 }
 
 // snapshot returns a deep copy of r, taken before r is handed to a store.
-func snapshot(r idem.Response) idem.Response {
-	r.Header = r.Header.Clone()
+func snapshot(r store.Result) store.Result {
+	r.Head = bytes.Clone(r.Head)
 	r.Body = bytes.Clone(r.Body)
 	return r
 }
@@ -465,7 +465,7 @@ func testClaimAbandonedLease(h *harness) {
 func testClaimCompleted(h *harness) {
 	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
 	h.acquire(c, "there is no record")
-	resp := okResponse("completed")
+	resp := okResult("completed")
 	expires := h.at(retention)
 	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(time.Second), expires)
 	for _, d := range []time.Duration{2 * time.Second, lease, lease + time.Minute, retention - time.Second} {
@@ -487,7 +487,7 @@ func testClaimExpiredCompleted(h *harness) {
 			h := newHarness(t, h.s)
 			key := "key-" + tc.name
 			h.acquire(h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0)), "there is no record")
-			h.mustComplete(scopeA, key, "token-1", okResponse("old"), h.at(time.Second), h.at(retention))
+			h.mustComplete(scopeA, key, "token-1", okResult("old"), h.at(time.Second), h.at(retention))
 			next := h.newClaim(scopeA, key, "fp-2", "token-2", h.at(tc.after))
 			h.acquire(next, "the completed record has expired (now >= ExpiresAt)")
 			rec := h.blocked(h.newClaim(scopeA, key, "fp-3", "token-3", next.Now.Add(time.Second)),
@@ -503,19 +503,19 @@ func testCompleteWrongToken(h *harness) {
 	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
 	h.acquire(c, "there is no record")
 	for _, token := range []string{"token-2", "", "token-1 ", "TOKEN-1", "token-"} {
-		err := h.complete(scopeA, "key-1", token, okResponse("wrong"), h.at(time.Second), h.at(retention))
+		err := h.complete(scopeA, "key-1", token, okResult("wrong"), h.at(time.Second), h.at(retention))
 		h.wantLeaseLost(err, fmt.Sprintf("Complete with token %q while %q holds the claim", token, "token-1"))
 		rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", h.at(2*time.Second)), "the claim is still held")
 		h.checkRecord(fmt.Sprintf("record after Complete with wrong token %q", token), rec, inProgress(c))
 	}
-	resp := okResponse("right")
+	resp := okResult("right")
 	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(3*time.Second), h.at(retention))
 	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-x", h.at(4*time.Second)), "the record is completed")
 	h.checkRecord("record after Complete with the right token", rec, completed(c, resp, h.at(retention)))
 }
 
 func testCompleteMissing(h *harness) {
-	err := h.complete(scopeA, "never-claimed", "token-1", okResponse("x"), h.at(0), h.at(retention))
+	err := h.complete(scopeA, "never-claimed", "token-1", okResult("x"), h.at(0), h.at(retention))
 	h.wantLeaseLost(err, "Complete on a key that was never claimed")
 	h.acquire(h.newClaim(scopeA, "never-claimed", "fp-1", "token-1", h.at(time.Second)),
 		"a failed Complete must not create a record")
@@ -537,7 +537,7 @@ func testCompleteAfterLeaseEnd(h *harness) {
 			c := h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0))
 			h.acquire(c, "there is no record")
 			now := h.at(tc.after)
-			resp := okResponse("late")
+			resp := okResult("late")
 			if err := h.complete(scopeA, key, "token-1", resp, now, now.Add(retention)); err != nil {
 				t.Fatalf("Complete at %s of a claim whose lease ended at %s and that nobody took over: %v, want it to land",
 					h.when(now), h.when(c.LeaseEnd), err)
@@ -551,9 +551,9 @@ func testCompleteAfterLeaseEnd(h *harness) {
 func testCompleteTwice(h *harness) {
 	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
 	h.acquire(c, "there is no record")
-	first := okResponse("first")
+	first := okResult("first")
 	h.mustComplete(scopeA, "key-1", "token-1", first, h.at(time.Second), h.at(retention))
-	err := h.complete(scopeA, "key-1", "token-1", okResponse("second"), h.at(2*time.Second), h.at(2*retention))
+	err := h.complete(scopeA, "key-1", "token-1", okResult("second"), h.at(2*time.Second), h.at(2*retention))
 	h.wantLeaseLost(err, "a second Complete with the same token on a completed record")
 	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(3*time.Second)), "the record is completed")
 	h.checkRecord("record after a second Complete", rec, completed(c, first, h.at(retention)))
@@ -566,19 +566,19 @@ func testCompleteAfterTakeover(h *harness) {
 
 	// The old request's clock may lag; even with a now inside its own old
 	// lease, its token no longer holds the record.
-	err := h.complete(scopeA, "key-1", "token-old", okResponse("old"), h.at(time.Minute), h.at(retention))
+	err := h.complete(scopeA, "key-1", "token-old", okResult("old"), h.at(time.Minute), h.at(retention))
 	h.wantLeaseLost(err, "Complete with the token of a claim that was taken over")
-	err = h.complete(scopeA, "key-1", "token-old", okResponse("old"), taker.Now.Add(time.Second), h.at(retention))
+	err = h.complete(scopeA, "key-1", "token-old", okResult("old"), taker.Now.Add(time.Second), h.at(retention))
 	h.wantLeaseLost(err, "Complete with the token of a claim that was taken over")
 	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", taker.Now.Add(2*time.Second)), "the new claim holds the key")
 	h.checkRecord("new owner's record after the old owner's Complete", rec, inProgress(taker))
 
-	h.wantLeaseLost(h.s.Release(h.t.Context(), scopeA, "key-1", "token-old"),
+	h.wantLeaseLost(h.s.Release(h.t.Context(), hold(scopeA, "key-1", "token-old")),
 		"Release with the token of a claim that was taken over")
 	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", taker.Now.Add(3*time.Second)), "the new claim holds the key")
 	h.checkRecord("new owner's record after the old owner's Release", rec, inProgress(taker))
 
-	resp := okResponse("new")
+	resp := okResult("new")
 	h.mustComplete(scopeA, "key-1", "token-new", resp, taker.Now.Add(4*time.Second), h.at(retention))
 	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-new", "token-x", taker.Now.Add(5*time.Second)), "the record is completed")
 	h.checkRecord("record completed by the new owner", rec, completed(taker, resp, h.at(retention)))
@@ -587,18 +587,20 @@ func testCompleteAfterTakeover(h *harness) {
 func testCompleteKeepsCopy(h *harness) {
 	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
 	h.acquire(c, "there is no record")
-	resp := idem.Response{
-		Status: http.StatusOK,
-		Header: http.Header{"X-Multi": {"a", "b"}},
-		Body:   []byte("original"),
-	}
-	stored := snapshot(resp)
-	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(time.Second), h.at(retention))
-	// The caller reuses the body's memory once Complete returns. (It hands
-	// the header over and never touches it again, so that is not changed.)
-	copy(resp.Body, "CHANGED!")
+	// Head and Body in one buffer, as an engine that encodes both into
+	// pooled memory would hand them over.
+	buf := []byte("\x01head\x00originalbody")
+	res := store.Result{Head: buf[:6:6], Body: buf[6:]}
+	stored := snapshot(res)
+	h.mustComplete(scopeA, "key-1", "token-1", res, h.at(time.Second), h.at(retention))
+	// The caller reuses the result's memory once Complete returns.
+	copy(buf, "CHANGED!CHANGED!CHANGED!")
 	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(2*time.Second)), "the record is completed")
-	h.checkRecord("record after the caller reused the body it passed to Complete", rec, completed(c, stored, h.at(retention)))
+	h.checkRecord("record after the caller reused the memory of the result it passed to Complete", rec, completed(c, stored, h.at(retention)))
+	got, ok := h.getIfGetter(scopeA, "key-1", h.at(2*time.Second))
+	if ok {
+		h.checkRecord("Get after the caller reused the memory of the result it passed to Complete", got, completed(c, stored, h.at(retention)))
+	}
 }
 
 // Release
@@ -607,12 +609,12 @@ func testReleaseWrongToken(h *harness) {
 	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
 	h.acquire(c, "there is no record")
 	for _, token := range []string{"token-2", "", "TOKEN-1"} {
-		h.wantLeaseLost(h.s.Release(h.t.Context(), scopeA, "key-1", token),
+		h.wantLeaseLost(h.s.Release(h.t.Context(), hold(scopeA, "key-1", token)),
 			fmt.Sprintf("Release with token %q while %q holds the claim", token, "token-1"))
 		rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", h.at(time.Second)), "the claim is still held")
 		h.checkRecord(fmt.Sprintf("record after Release with wrong token %q", token), rec, inProgress(c))
 	}
-	if err := h.s.Release(h.t.Context(), scopeA, "key-1", "token-1"); err != nil {
+	if err := h.s.Release(h.t.Context(), hold(scopeA, "key-1", "token-1")); err != nil {
 		h.t.Fatalf("Release with the right token: unexpected error: %v", err)
 	}
 	h.acquire(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(2*time.Second)), "the claim was released")
@@ -621,10 +623,10 @@ func testReleaseWrongToken(h *harness) {
 func testReleaseCompleted(h *harness) {
 	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
 	h.acquire(c, "there is no record")
-	resp := okResponse("kept")
+	resp := okResult("kept")
 	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(time.Second), h.at(retention))
 	for _, token := range []string{"token-1", "token-2"} {
-		h.wantLeaseLost(h.s.Release(h.t.Context(), scopeA, "key-1", token),
+		h.wantLeaseLost(h.s.Release(h.t.Context(), hold(scopeA, "key-1", token)),
 			fmt.Sprintf("Release with token %q on a completed record", token))
 		rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-x", h.at(2*time.Second)),
 			"Release must never delete a completed record")
@@ -634,17 +636,17 @@ func testReleaseCompleted(h *harness) {
 
 func testReleaseThenClaim(h *harness) {
 	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
-	if err := h.s.Release(h.t.Context(), scopeA, "key-1", "token-1"); err != nil {
+	if err := h.s.Release(h.t.Context(), hold(scopeA, "key-1", "token-1")); err != nil {
 		h.t.Fatalf("Release with the right token: unexpected error: %v", err)
 	}
-	err := h.complete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	err := h.complete(scopeA, "key-1", "token-1", okResult("x"), h.at(time.Second), h.at(retention))
 	h.wantLeaseLost(err, "Complete after the claim was released")
 
 	next := h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(2*time.Second))
 	h.acquire(next, "the previous claim was released, inside what was its lease")
-	err = h.complete(scopeA, "key-1", "token-1", okResponse("x"), h.at(3*time.Second), h.at(retention))
+	err = h.complete(scopeA, "key-1", "token-1", okResult("x"), h.at(3*time.Second), h.at(retention))
 	h.wantLeaseLost(err, "Complete with the released claim's token after another request claimed the key")
-	h.wantLeaseLost(h.s.Release(h.t.Context(), scopeA, "key-1", "token-1"),
+	h.wantLeaseLost(h.s.Release(h.t.Context(), hold(scopeA, "key-1", "token-1")),
 		"Release with the released claim's token after another request claimed the key")
 	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-3", "token-3", h.at(4*time.Second)), "the new claim holds the key")
 	h.checkRecord("new claim's record", rec, inProgress(next))
@@ -653,62 +655,55 @@ func testReleaseThenClaim(h *harness) {
 func testReleaseMissing(h *harness) {
 	// Releasing a record that is not there is ErrLeaseLost, and creates
 	// nothing.
-	err := h.s.Release(h.t.Context(), scopeA, "never-claimed", "token-1")
-	if !errors.Is(err, idem.ErrLeaseLost) {
-		h.t.Fatalf("Release on a key that was never claimed: got error %v, want idem.ErrLeaseLost", err)
+	err := h.s.Release(h.t.Context(), hold(scopeA, "never-claimed", "token-1"))
+	if !errors.Is(err, store.ErrLeaseLost) {
+		h.t.Fatalf("Release on a key that was never claimed: got error %v, want store.ErrLeaseLost", err)
 	}
 	h.acquire(h.newClaim(scopeA, "never-claimed", "fp-1", "token-1", h.at(0)), "Release must not create a record")
 }
 
 // Round trip
 
-func testResponseRoundTrip(h *harness) {
+// testResultRoundTrip: a store keeps a Result as opaque bytes and gives
+// them back byte for byte, whatever they hold; Completion.Failed changes
+// nothing in what is stored.
+func testResultRoundTrip(h *harness) {
 	allBytes := make([]byte, 256)
 	for i := range allBytes {
 		allBytes[i] = byte(i)
 	}
+	rng := rand.NewChaCha8([32]byte{'i', 'd', 'e', 'm'})
 	big := make([]byte, 1<<20)
-	rand.NewChaCha8([32]byte{'i', 'd', 'e', 'm'}).Read(big)
+	rng.Read(big)
+	maxHead := make([]byte, store.MaxHead)
+	rng.Read(maxHead)
+	maxHead[0] = 0x01
 
 	tests := []struct {
-		name string
-		resp idem.Response
+		name   string
+		res    store.Result
+		failed bool
 	}{
-		{"MultiValueHeaders", idem.Response{
-			Status: http.StatusOK,
-			Header: http.Header{
-				"Content-Type": {"application/json; charset=utf-8"},
-				"Vary":         {"Accept", "Accept-Encoding", "Accept-Language"},
-				"X-Order":      {"3", "1", "2", "1"},
-				"Link":         {`<https://example.com/a>; rel="next"`, `<https://example.com/b>; rel="prev"`},
-				"X-Odd":        {"", "a:b", "{x}", " spaced ", "ünïcödé", `"quoted", comma`},
-			},
-			Body: []byte(`{"id":42}`),
-		}},
-		{"NilHeaderAndBody", idem.Response{Status: http.StatusNoContent}},
-		{"EmptyBody", idem.Response{Status: http.StatusAccepted, Header: http.Header{"X-A": {"1"}}, Body: []byte{}}},
-		{"BinaryBody", idem.Response{
-			Status: http.StatusOK,
-			Header: http.Header{"Content-Type": {"application/octet-stream"}},
-			Body:   append(append([]byte{0x00, 0xff, 0xfe, 0xc3, 0x28, 0x00}, allBytes...), 0x00),
-		}},
-		{"OneMiBBody", idem.Response{
-			Status: http.StatusOK,
-			Header: http.Header{"Content-Type": {"application/octet-stream"}},
-			Body:   big,
-		}},
-		{"BodyOmitted", idem.Response{
-			Status:      http.StatusOK,
-			Header:      http.Header{"Content-Type": {"text/plain"}, "X-Size": {"2097152"}},
-			BodyOmitted: true,
-		}},
-		{"Redirect", idem.Response{Status: http.StatusSeeOther, Header: http.Header{"Location": {"/orders/42"}}}},
-		{"ClientError", idem.Response{
-			Status: http.StatusNotFound,
-			Header: http.Header{"Content-Type": {"application/problem+json"}},
-			Body:   []byte(`{"title":"Not Found"}`),
-		}},
-		{"Status599", idem.Response{Status: 599, Body: []byte("odd")}},
+		{"OneByteHead", store.Result{Head: []byte{0x01}}, false},
+		{"SmallHeadAndBody", okResult(`{"id":42}`), false},
+		{"HeadOfEveryByteValue", store.Result{Head: allBytes, Body: []byte("x")}, false},
+		{"HeadWithZeroBytes", store.Result{Head: []byte{0x01, 0x00, 0x00, 'k', 0x00, 'v', 0x00}, Body: []byte("z")}, false},
+		{"HeadNotUTF8", store.Result{Head: []byte{0x01, 0xff, 0xfe, 0xc3, 0x28, 0x80, 0xed, 0xa0, 0x80}, Body: []byte("u")}, false},
+		{"HeadLikeText", store.Result{Head: []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n%s 'quote\" \\ {x}"), Body: []byte("t")}, false},
+		{"HeadOfMaxHeadBytes", store.Result{Head: maxHead, Body: []byte(`{"id":42}`)}, false},
+		{"MaxHeadAndOneMiBBody", store.Result{Head: maxHead, Body: big}, false},
+		{"NilBody", store.Result{Head: []byte{0x01, 0xcc, 0x01}}, false},
+		{"EmptyBody", store.Result{Head: []byte{0x01, 0xca, 0x01}, Body: []byte{}}, false},
+		{"BinaryBody", store.Result{
+			Head: []byte{0x01, 0xc8, 0x01},
+			Body: append(append([]byte{0x00, 0xff, 0xfe, 0xc3, 0x28, 0x00}, allBytes...), 0x00),
+		}, false},
+		{"OneMiBBody", store.Result{Head: []byte{0x02, 'b', 'i', 'g'}, Body: big}, false},
+		{"BodyOmitted", store.Result{Head: []byte{0x01, 0xc8, 0x01, 0x00, 0xff, 's', 'i', 'z', 'e'}, BodyOmitted: true}, false},
+		{"BodyOmittedWithMaxHead", store.Result{Head: maxHead, BodyOmitted: true}, false},
+		// Failed is for Tx.Commit alone: Complete stores the result as
+		// any other, and the record has nothing that tells them apart.
+		{"FailedIsNotStored", store.Result{Head: []byte{0x01, 0x94, 0x03, 0x00}, Body: []byte(`{"title":"Not Found"}`)}, true},
 	}
 	for i, tc := range tests {
 		h.t.Run(tc.name, func(t *testing.T) {
@@ -717,17 +712,26 @@ func testResponseRoundTrip(h *harness) {
 			c := h.newClaim(scopeA, key, "fp-"+key, "token-"+key, h.at(0))
 			h.acquire(c, "there is no record")
 			// A store must not change what it is given either.
-			want := snapshot(tc.resp)
-			h.mustComplete(scopeA, key, c.Token, tc.resp, h.at(time.Second), h.at(retention))
+			want := snapshot(tc.res)
+			done := store.Completion{Result: tc.res, Failed: tc.failed, Now: h.at(time.Second), ExpiresAt: h.at(retention)}
+			if err := h.s.Complete(h.t.Context(), c.Hold(), done); err != nil {
+				t.Fatalf("Complete(%s, Failed %t): unexpected error: %v", formatResult(&want), tc.failed, err)
+			}
+			if d := diffResult(&tc.res, &want); len(d) > 0 {
+				t.Errorf("Complete changed the result it was given:\n\t%s", strings.Join(d, "\n\t"))
+			}
 			rec := h.blocked(h.newClaim(scopeA, key, c.Fingerprint, "token-retry", h.at(2*time.Second)), "the record is completed")
 			h.checkRecord("replayed record", rec, completed(c, want, h.at(retention)))
+			if got, ok := h.getIfGetter(scopeA, key, h.at(2*time.Second)); ok {
+				h.checkRecord("record from Get", got, completed(c, want, h.at(retention)))
+			}
 		})
 	}
 }
 
 func testTimePrecision(h *harness) {
 	// Offsets with millisecond parts catch stores that keep whole seconds.
-	c := idem.Claim{
+	c := store.Claim{
 		Scope:       scopeA,
 		Key:         "key-1",
 		Fingerprint: "fp-1",
@@ -739,7 +743,7 @@ func testTimePrecision(h *harness) {
 	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(2*time.Second)), "the claim holds a live lease")
 	h.checkRecord("in-progress record with millisecond times", rec, inProgress(c))
 
-	resp := okResponse("ms")
+	resp := okResult("ms")
 	expires := h.at(retention + 999*time.Millisecond)
 	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(3*time.Second), expires)
 	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(retention+998*time.Millisecond)),
@@ -784,7 +788,7 @@ func testIsolation(h *harness) {
 		{"nul", "key"},
 		{"bytes \xff\xfe\x80 not UTF-8", "key"},
 	}
-	claims := make([]idem.Claim, len(pairs))
+	claims := make([]store.Claim, len(pairs))
 	for i, p := range pairs {
 		claims[i] = h.newClaim(p.scope, p.key, fmt.Sprintf("fp-%d", i), fmt.Sprintf("token-%d", i), h.at(0))
 		h.acquire(claims[i], "no other claim used this (scope, key); it must not collide with an earlier pair")
@@ -793,12 +797,12 @@ func testIsolation(h *harness) {
 	// its own outcome.
 	for i, c := range claims {
 		if i%3 == 2 {
-			if err := h.s.Release(h.t.Context(), c.Scope, c.Key, c.Token); err != nil {
+			if err := h.s.Release(h.t.Context(), hold(c.Scope, c.Key, c.Token)); err != nil {
 				h.t.Fatalf("Release(scope %q, key %q) with its own token: unexpected error: %v", c.Scope, c.Key, err)
 			}
 			continue
 		}
-		h.mustComplete(c.Scope, c.Key, c.Token, okResponse(fmt.Sprintf("response-%d", i)), h.at(time.Second), h.at(retention))
+		h.mustComplete(c.Scope, c.Key, c.Token, okResult(fmt.Sprintf("response-%d", i)), h.at(time.Second), h.at(retention))
 	}
 	for i, c := range claims {
 		retry := h.newClaim(c.Scope, c.Key, c.Fingerprint, "token-retry", h.at(2*time.Second))
@@ -808,7 +812,7 @@ func testIsolation(h *harness) {
 		}
 		rec := h.blocked(retry, "this pair was completed")
 		h.checkRecord(fmt.Sprintf("record of scope %q key %q", c.Scope, c.Key), rec,
-			completed(c, okResponse(fmt.Sprintf("response-%d", i)), h.at(retention)))
+			completed(c, okResult(fmt.Sprintf("response-%d", i)), h.at(retention)))
 	}
 }
 
@@ -826,7 +830,7 @@ func testConcurrentTakeoverAbandoned(h *harness) {
 // record has expired.
 func testConcurrentTakeoverExpired(h *harness) {
 	h.acquire(h.newClaim(scopeA, "expired", "fp-old", "token-old", h.at(0)), "planting the record")
-	h.mustComplete(scopeA, "expired", "token-old", idem.Response{Status: 201}, h.at(time.Second), h.at(time.Minute))
+	h.mustComplete(scopeA, "expired", "token-old", okResult("old"), h.at(time.Second), h.at(time.Minute))
 	raceTakeover(h, "expired", h.at(time.Hour))
 }
 
@@ -835,7 +839,7 @@ func raceTakeover(h *harness, key string, now time.Time) {
 	var (
 		start   = make(chan struct{})
 		wg      sync.WaitGroup
-		results = make([]idem.ClaimResult, n)
+		results = make([]store.ClaimResult, n)
 		errs    = make([]error, n)
 	)
 	for i := range n {
@@ -854,7 +858,7 @@ func raceTakeover(h *harness, key string, now time.Time) {
 		}
 		if results[i].Acquired {
 			winners++
-		} else if ex := results[i].Existing; ex == nil || ex.State != idem.StateInProgress || ex.Fingerprint != "fp-new" {
+		} else if ex := results[i].Existing; ex == nil || ex.State != store.InProgress || ex.Fingerprint != "fp-new" {
 			h.t.Fatalf("goroutine %d lost the race but got %s, want the winner's in-progress claim", i, h.formatRecord(ex))
 		}
 	}
@@ -868,7 +872,7 @@ func testConcurrentOneKey(h *harness) {
 	var (
 		start   = make(chan struct{})
 		wg      sync.WaitGroup
-		results = make([]idem.ClaimResult, n)
+		results = make([]store.ClaimResult, n)
 		errs    = make([]error, n)
 	)
 	for i := range n {
@@ -905,12 +909,12 @@ func testConcurrentOneKey(h *harness) {
 		if ex == nil {
 			h.t.Fatalf("goroutine %d: not acquired and Existing is nil", i)
 		}
-		if ex.Fingerprint != wantFP || ex.State != idem.StateInProgress {
+		if ex.Fingerprint != wantFP || ex.State != store.InProgress {
 			h.t.Errorf("goroutine %d: Existing is %s, want the winner's in-progress record with fingerprint %q",
 				i, h.formatRecord(ex), wantFP)
 		}
 	}
-	h.mustComplete(scopeA, "contended", fmt.Sprintf("token-%d", winner), okResponse("won"), h.at(time.Second), h.at(retention))
+	h.mustComplete(scopeA, "contended", fmt.Sprintf("token-%d", winner), okResult("won"), h.at(time.Second), h.at(retention))
 }
 
 func testConcurrentManyKeys(h *harness) {
@@ -933,7 +937,7 @@ func testConcurrentManyKeys(h *harness) {
 					h.t.Errorf("Claim(key %q): not acquired, want acquired: no other claim used this key; existing %s", key, h.formatRecord(res.Existing))
 					return
 				}
-				if err := h.complete(scopeA, key, c.Token, okResponse(key), h.at(time.Second), h.at(retention)); err != nil {
+				if err := h.complete(scopeA, key, c.Token, okResult(key), h.at(time.Second), h.at(retention)); err != nil {
 					h.t.Errorf("Complete(key %q): unexpected error: %v", key, err)
 					return
 				}
@@ -948,7 +952,7 @@ func testConcurrentManyKeys(h *harness) {
 		key := fmt.Sprintf("key-%03d", i)
 		c := h.newClaim(scopeA, key, "fp-"+key, "token-"+key, h.at(0))
 		rec := h.blocked(h.newClaim(scopeA, key, "fp-"+key, "token-retry", h.at(2*time.Second)), "the key was completed")
-		h.checkRecord("record of "+key, rec, completed(c, okResponse(key), h.at(retention)))
+		h.checkRecord("record of "+key, rec, completed(c, okResult(key), h.at(retention)))
 	}
 }
 
@@ -959,18 +963,19 @@ func testExistingIsCopy(h *harness) {
 	scribble(h.blocked(probe, "the claim holds a live lease"))
 	h.checkRecord("in-progress record after the caller changed a returned Existing", h.blocked(probe, "the claim holds a live lease"), inProgress(c))
 
-	resp := okResponse("kept")
+	resp := okResult("kept")
 	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(2*time.Second), h.at(retention))
 	probe.Now = h.at(3 * time.Second)
 	scribble(h.blocked(probe, "the record is completed"))
 	h.checkRecord("completed record after the caller changed a returned Existing", h.blocked(probe, "the record is completed"), completed(c, resp, h.at(retention)))
 }
 
-// scribble changes every field of r, but not what r.Response points to.
-func scribble(r *idem.Record) {
+// scribble changes every field of r, but not the bytes r.Result's slices
+// hold (a store may share them).
+func scribble(r *store.Record) {
 	r.Fingerprint = "scribbled"
 	r.State = 0
-	r.Response = &idem.Response{Status: 500}
+	r.Result = store.Result{Head: []byte("scribbled"), Body: []byte("scribbled"), BodyOmitted: !r.Result.BodyOmitted}
 	r.CreatedAt = time.Time{}
 	r.LeaseEnd = time.Unix(1, 0)
 	r.ExpiresAt = time.Unix(2, 0)
@@ -978,13 +983,27 @@ func scribble(r *idem.Record) {
 
 // Getter
 
-func (h *harness) get(scope, key string, now time.Time) (idem.Record, bool) {
+func (h *harness) get(scope, key string, now time.Time) (store.Record, bool) {
 	h.t.Helper()
-	rec, ok, err := h.s.(idem.Getter).Get(h.t.Context(), scope, key, now)
+	rec, ok, err := h.s.(store.Getter).Get(h.t.Context(), store.Ref{Scope: scope, Key: key}, now)
 	if err != nil {
 		h.t.Fatalf("Get(scope %q, key %q, now %s): unexpected error: %v", scope, key, h.when(now), err)
 	}
 	return rec, ok
+}
+
+// getIfGetter calls Get when the store is a Getter, and reports whether
+// it did and found the record; it fails the test when Get finds nothing.
+func (h *harness) getIfGetter(scope, key string, now time.Time) (*store.Record, bool) {
+	h.t.Helper()
+	if !implements[store.Getter](h.s) {
+		return nil, false
+	}
+	rec, ok := h.get(scope, key, now)
+	if !ok {
+		h.t.Fatalf("Get(scope %q, key %q, now %s): not found, want the record a claim at that now returned", scope, key, h.when(now))
+	}
+	return &rec, true
 }
 
 func testGetInProgress(h *harness) {
@@ -1005,7 +1024,7 @@ func testGetInProgress(h *harness) {
 func testGetCompleted(h *harness) {
 	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
 	h.acquire(c, "there is no record")
-	resp := okResponse("done")
+	resp := okResult("done")
 	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(time.Second), h.at(retention))
 	for _, d := range []time.Duration{2 * time.Second, lease + time.Minute, retention - time.Second} {
 		rec, ok := h.get(scopeA, "key-1", h.at(d))
@@ -1028,7 +1047,7 @@ func testGetMissing(h *harness) {
 
 func testGetExpired(h *harness) {
 	h.acquire(h.newClaim(scopeA, "done", "fp-1", "token-1", h.at(0)), "there is no record")
-	h.mustComplete(scopeA, "done", "token-1", okResponse("done"), h.at(time.Second), h.at(retention))
+	h.mustComplete(scopeA, "done", "token-1", okResult("done"), h.at(time.Second), h.at(retention))
 	h.acquire(h.newClaim(scopeA, "abandoned", "fp-2", "token-2", h.at(0)), "there is no record")
 	for _, tc := range []struct {
 		key string
@@ -1050,7 +1069,7 @@ func testGetExpired(h *harness) {
 
 func (h *harness) delete(scope, key string) bool {
 	h.t.Helper()
-	found, err := h.s.(idem.Deleter).Delete(h.t.Context(), scope, key)
+	found, err := h.s.(store.Deleter).Delete(h.t.Context(), store.Ref{Scope: scope, Key: key})
 	if err != nil {
 		h.t.Fatalf("Delete(scope %q, key %q): unexpected error: %v", scope, key, err)
 	}
@@ -1062,7 +1081,7 @@ func testDeleteInProgress(h *harness) {
 	if !h.delete(scopeA, "key-1") {
 		h.t.Fatal("Delete of an in-progress record reported false, want true")
 	}
-	err := h.complete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	err := h.complete(scopeA, "key-1", "token-1", okResult("x"), h.at(time.Second), h.at(retention))
 	h.wantLeaseLost(err, "Complete after the record was deleted")
 	h.acquire(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(2*time.Second)), "the record was deleted")
 	if h.delete(scopeA, "other-key") {
@@ -1072,7 +1091,7 @@ func testDeleteInProgress(h *harness) {
 
 func testDeleteCompleted(h *harness) {
 	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
-	h.mustComplete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	h.mustComplete(scopeA, "key-1", "token-1", okResult("x"), h.at(time.Second), h.at(retention))
 	if !h.delete(scopeA, "key-1") {
 		h.t.Fatal("Delete of a completed record reported false, want true")
 	}
@@ -1093,7 +1112,7 @@ func testDeleteMissing(h *harness) {
 
 func (h *harness) deleteExpired(now time.Time) int {
 	h.t.Helper()
-	n, err := h.s.(idem.ExpiredDeleter).DeleteExpired(h.t.Context(), now)
+	n, err := h.s.(store.ExpiredDeleter).DeleteExpired(h.t.Context(), now)
 	if err != nil {
 		h.t.Fatalf("DeleteExpired(now %s): unexpected error: %v", h.when(now), err)
 	}
@@ -1125,13 +1144,13 @@ func testDeleteExpired(h *harness) {
 	}
 	wantRemoved := 0
 	for _, r := range recs {
-		c := idem.Claim{Scope: scopeA, Key: r.key, Fingerprint: "fp-" + r.key, Token: "token-" + r.key, Now: h.at(0), LeaseEnd: h.at(lease)}
+		c := store.Claim{Scope: scopeA, Key: r.key, Fingerprint: "fp-" + r.key, Token: "token-" + r.key, Now: h.at(0), LeaseEnd: h.at(lease)}
 		if !r.done {
 			c.LeaseEnd = r.expires
 		}
 		h.acquire(c, "there is no record")
 		if r.done {
-			h.mustComplete(scopeA, r.key, c.Token, okResponse(r.key), h.at(time.Second), r.expires)
+			h.mustComplete(scopeA, r.key, c.Token, okResult(r.key), h.at(time.Second), r.expires)
 		}
 		if removable(r.expires, r.done, h.at(0), now) {
 			wantRemoved++
@@ -1174,7 +1193,7 @@ func removable(expires time.Time, done bool, created, now time.Time) bool {
 // Extender
 
 func (h *harness) extend(scope, key, token string, now, leaseEnd time.Time) error {
-	return h.s.(idem.Extender).Extend(h.t.Context(), scope, key, token, now, leaseEnd)
+	return h.s.(store.Extender).Extend(h.t.Context(), hold(scope, key, token), now, leaseEnd)
 }
 
 func testExtendLive(h *harness) {
@@ -1190,7 +1209,7 @@ func testExtendLive(h *harness) {
 	extended.leaseEnd, extended.expiresAt = newEnd, newEnd
 	h.checkRecord("record after Extend", rec, extended)
 
-	resp := okResponse("late but extended")
+	resp := okResult("late but extended")
 	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(10*time.Minute), h.at(retention))
 	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", h.at(11*time.Minute)), "the record is completed")
 	h.checkRecord("record completed inside the extended lease", rec, completed(c, resp, h.at(retention)))
@@ -1205,20 +1224,20 @@ func testExtendBatch(h *harness) {
 	other := h.newClaim(scopeOther, "key-live", "fp-1", "token-3", h.at(0))
 	held := h.newClaim(scopeA, "key-held", "fp-1", "token-1", h.at(0))
 	done := h.newClaim(scopeA, "key-done", "fp-1", "token-1", h.at(0))
-	for _, c := range []idem.Claim{live, other, held, done} {
+	for _, c := range []store.Claim{live, other, held, done} {
 		h.acquire(c, "there is no record")
 	}
-	resp := okResponse("done")
+	resp := okResult("done")
 	h.mustComplete(scopeA, "key-done", "token-1", resp, h.at(time.Second), h.at(retention))
 	now, newEnd := h.at(time.Minute), h.at(20*time.Minute)
-	refs := []idem.ExtendRef{
-		{Scope: scopeA, Key: "key-live", Token: "token-1", LeaseEnd: newEnd},
-		{Scope: scopeA, Key: "key-held", Token: "token-2", LeaseEnd: newEnd},
-		{Scope: scopeA, Key: "key-done", Token: "token-1", LeaseEnd: newEnd},
-		{Scope: scopeA, Key: "key-missing", Token: "token-1", LeaseEnd: newEnd},
-		{Scope: scopeOther, Key: "key-live", Token: "token-3", LeaseEnd: newEnd},
+	refs := []store.Extension{
+		{Hold: hold(scopeA, "key-live", "token-1"), LeaseEnd: newEnd},
+		{Hold: hold(scopeA, "key-held", "token-2"), LeaseEnd: newEnd},
+		{Hold: hold(scopeA, "key-done", "token-1"), LeaseEnd: newEnd},
+		{Hold: hold(scopeA, "key-missing", "token-1"), LeaseEnd: newEnd},
+		{Hold: hold(scopeOther, "key-live", "token-3"), LeaseEnd: newEnd},
 	}
-	errs := h.s.(idem.BatchExtender).ExtendBatch(h.t.Context(), now, refs)
+	errs := h.s.(store.BatchExtender).ExtendBatch(h.t.Context(), now, refs)
 	if len(errs) != len(refs) {
 		h.t.Fatalf("ExtendBatch returned %d errors for %d refs", len(errs), len(refs))
 	}
@@ -1230,7 +1249,7 @@ func testExtendBatch(h *harness) {
 			h.t.Errorf("ExtendBatch ref %d (%s): unexpected error %v", i, refs[i].Key, errs[i])
 		}
 	}
-	for _, c := range []idem.Claim{live, other} {
+	for _, c := range []store.Claim{live, other} {
 		rec := h.blocked(h.newClaim(c.Scope, c.Key, "fp-2", "token-9", c.LeaseEnd), "the batch extended the lease")
 		extended := inProgress(c)
 		extended.leaseEnd, extended.expiresAt = newEnd, newEnd
@@ -1254,7 +1273,7 @@ func testExtendWrongToken(h *harness) {
 func testExtendCompleted(h *harness) {
 	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
 	h.acquire(c, "there is no record")
-	resp := okResponse("done")
+	resp := okResult("done")
 	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(time.Second), h.at(retention))
 	h.wantLeaseLost(h.extend(scopeA, "key-1", "token-1", h.at(2*time.Second), h.at(time.Hour)),
 		"Extend of a completed record")
@@ -1296,7 +1315,7 @@ func testExtendMissing(h *harness) {
 	h.acquire(h.newClaim(scopeA, "never-claimed", "fp-1", "token-1", h.at(time.Second)), "Extend must not create a record")
 
 	h.acquire(h.newClaim(scopeA, "released", "fp-1", "token-1", h.at(0)), "there is no record")
-	if err := h.s.Release(h.t.Context(), scopeA, "released", "token-1"); err != nil {
+	if err := h.s.Release(h.t.Context(), hold(scopeA, "released", "token-1")); err != nil {
 		h.t.Fatalf("Release with the right token: unexpected error: %v", err)
 	}
 	h.wantLeaseLost(h.extend(scopeA, "released", "token-1", h.at(time.Second), h.at(lease)),
@@ -1316,7 +1335,7 @@ func testExtendAfterTakeover(h *harness) {
 // Evicter
 
 func (h *harness) evict(scope, key, token string) error {
-	return h.s.(idem.Evicter).Evict(h.t.Context(), scope, key, token)
+	return h.s.(store.Evicter).Evict(h.t.Context(), hold(scope, key, token))
 }
 
 func testEvictInProgress(h *harness) {
@@ -1329,7 +1348,7 @@ func testEvictInProgress(h *harness) {
 
 func testEvictCompleted(h *harness) {
 	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
-	h.mustComplete(scopeA, "key-1", "token-1", okResponse("truncated"), h.at(time.Second), h.at(retention))
+	h.mustComplete(scopeA, "key-1", "token-1", okResult("truncated"), h.at(time.Second), h.at(retention))
 	if err := h.evict(scopeA, "key-1", "token-1"); err != nil {
 		h.t.Fatalf("Evict of a completed record with the token that completed it: %v", err)
 	}
@@ -1343,7 +1362,7 @@ func testEvictWrongToken(h *harness) {
 	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-2", "token-2", h.at(time.Second)), "the claim is still held")
 	h.checkRecord("record after Evict with a wrong token", rec, inProgress(c))
 
-	resp := okResponse("done")
+	resp := okResult("done")
 	h.mustComplete(scopeA, "key-1", "token-1", resp, h.at(2*time.Second), h.at(retention))
 	h.wantLeaseLost(h.evict(scopeA, "key-1", "token-2"), "Evict of a completed record with another token")
 	rec = h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-3", h.at(3*time.Second)), "the record is completed")
@@ -1354,7 +1373,7 @@ func testEvictWrongToken(h *harness) {
 // the first request's Evict must not delete the retry's claim.
 func testEvictAfterTakeover(h *harness) {
 	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-old", h.at(0)), "there is no record")
-	h.mustComplete(scopeA, "key-1", "token-old", okResponse("old"), h.at(time.Second), h.at(time.Minute))
+	h.mustComplete(scopeA, "key-1", "token-old", okResult("old"), h.at(time.Second), h.at(time.Minute))
 	taker := h.newClaim(scopeA, "key-1", "fp-1", "token-new", h.at(2*time.Minute))
 	h.acquire(taker, "the completed record has expired")
 	h.wantLeaseLost(h.evict(scopeA, "key-1", "token-old"), "Evict with the token of a record that expired and was taken over")
@@ -1375,7 +1394,7 @@ const clockTolerance = 5 * time.Second
 
 func (h *harness) storeNow() time.Time {
 	h.t.Helper()
-	t, err := h.s.(idem.Clock).Now(h.t.Context())
+	t, err := h.s.(store.Clock).Now(h.t.Context())
 	if err != nil {
 		h.t.Fatalf("Now: %v", err)
 	}
@@ -1407,7 +1426,7 @@ func testClockForward(h *harness) {
 
 func (h *harness) watch(scope, key string) (<-chan struct{}, func()) {
 	h.t.Helper()
-	ch, stop, err := h.s.(idem.Notifier).Watch(h.t.Context(), scope, key)
+	ch, stop, err := h.s.(store.Notifier).Watch(h.t.Context(), store.Ref{Scope: scope, Key: key})
 	if err != nil {
 		h.t.Fatalf("Watch(scope %q, key %q): unexpected error: %v", scope, key, err)
 	}
@@ -1430,22 +1449,22 @@ func (h *harness) waitFired(ch <-chan struct{}, event string) {
 func testWatchComplete(h *harness) {
 	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
 	ch, _ := h.watch(scopeA, "key-1")
-	h.mustComplete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	h.mustComplete(scopeA, "key-1", "token-1", okResult("x"), h.at(time.Second), h.at(retention))
 	h.waitFired(ch, "Complete")
 }
 
 func testWatchRelease(h *harness) {
 	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
 	ch, _ := h.watch(scopeA, "key-1")
-	if err := h.s.Release(h.t.Context(), scopeA, "key-1", "token-1"); err != nil {
+	if err := h.s.Release(h.t.Context(), hold(scopeA, "key-1", "token-1")); err != nil {
 		h.t.Fatalf("Release with the right token: unexpected error: %v", err)
 	}
 	h.waitFired(ch, "Release")
 }
 
 func testWatchDelete(h *harness) {
-	if !implements[idem.Deleter](h.s) {
-		h.t.Skipf("%T does not implement idem.Deleter", h.s)
+	if !implements[store.Deleter](h.s) {
+		h.t.Skipf("%T does not implement store.Deleter", h.s)
 	}
 	h.acquire(h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0)), "there is no record")
 	ch, _ := h.watch(scopeA, "key-1")
@@ -1461,7 +1480,7 @@ func testWatchSeveral(h *harness) {
 	for i := range chans {
 		chans[i], _ = h.watch(scopeA, "key-1")
 	}
-	h.mustComplete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	h.mustComplete(scopeA, "key-1", "token-1", okResult("x"), h.at(time.Second), h.at(retention))
 	for i, ch := range chans {
 		h.waitFired(ch, fmt.Sprintf("Complete (watcher %d of %d)", i+1, len(chans)))
 	}
@@ -1474,7 +1493,7 @@ func testWatchStopTwice(h *harness) {
 	stop()
 	// A stopped watch must not disturb a later one, nor the store.
 	ch, stop2 := h.watch(scopeA, "key-1")
-	h.mustComplete(scopeA, "key-1", "token-1", okResponse("x"), h.at(time.Second), h.at(retention))
+	h.mustComplete(scopeA, "key-1", "token-1", okResult("x"), h.at(time.Second), h.at(retention))
 	h.waitFired(ch, "Complete after an earlier watch was stopped twice")
 	stop2()
 	stop2()
@@ -1484,32 +1503,40 @@ func testWatchStopTwice(h *harness) {
 
 type txCtxKey struct{}
 
-func (h *harness) begin(ctx context.Context, scope, key, token string) idem.Tx {
+func (h *harness) begin(ctx context.Context, scope, key, token string) store.Tx {
 	h.t.Helper()
-	tx, err := h.s.(idem.TxBeginner).BeginTx(ctx, scope, key, token)
+	tx, err := h.s.(store.TxBeginner).BeginTx(ctx, hold(scope, key, token))
 	if err != nil {
 		h.t.Fatalf("BeginTx(%q, %q): %v", scope, key, err)
 	}
 	return tx
 }
 
+// testTxCommit: Commit in a live transaction stores the result byte for
+// byte, Failed or not (Failed only matters once the transaction ended),
+// and the caller may reuse the result's memory once Commit returns.
 func testTxCommit(h *harness) {
-	h.acquire(h.newClaim(scopeA, "tx", "fp-1", "token-1", h.at(0)), "claiming before the transaction")
-	tx := h.begin(h.t.Context(), scopeA, "tx", "token-1")
-	parent := context.WithValue(h.t.Context(), txCtxKey{}, "kept")
-	if ctx := tx.Context(parent); ctx == nil || ctx.Value(txCtxKey{}) != "kept" {
-		h.t.Fatal("Tx.Context must derive from the parent it is given, keeping its values")
-	}
-	resp := idem.Response{Status: 201, Header: http.Header{"X-Tx": {"1"}}, Body: []byte("committed")}
-	if err := tx.Commit(h.t.Context(), resp, h.at(time.Second), h.at(time.Hour)); err != nil {
-		h.t.Fatalf("Commit: %v", err)
-	}
-	if err := tx.Rollback(h.t.Context()); err != nil {
-		h.t.Fatalf("Rollback after Commit must be a no-op, got %v", err)
-	}
-	rec := h.blocked(h.newClaim(scopeA, "tx", "fp-1", "token-2", h.at(2*time.Second)), "a committed record blocks a claim")
-	if rec.State != idem.StateCompleted || rec.Response == nil || string(rec.Response.Body) != "committed" || rec.Response.Header.Get("X-Tx") != "1" {
-		h.t.Fatalf("after Commit the record is %s, want the committed response", h.formatRecord(rec))
+	for _, failed := range []bool{false, true} {
+		key := fmt.Sprintf("tx-failed-%t", failed)
+		c := h.newClaim(scopeA, key, "fp-1", "token-1", h.at(0))
+		h.acquire(c, "claiming before the transaction")
+		tx := h.begin(h.t.Context(), scopeA, key, "token-1")
+		parent := context.WithValue(h.t.Context(), txCtxKey{}, "kept")
+		if ctx := tx.Context(parent); ctx == nil || ctx.Value(txCtxKey{}) != "kept" {
+			h.t.Fatal("Tx.Context must derive from the parent it is given, keeping its values")
+		}
+		res := okResult("committed")
+		want := snapshot(res)
+		if err := tx.Commit(h.t.Context(), store.Completion{Result: res, Failed: failed, Now: h.at(time.Second), ExpiresAt: h.at(time.Hour)}); err != nil {
+			h.t.Fatalf("Commit (Failed %t) in a live transaction: %v", failed, err)
+		}
+		copy(res.Head, "CHANGED!")
+		copy(res.Body, "CHANGED!")
+		if err := tx.Rollback(h.t.Context()); err != nil {
+			h.t.Fatalf("Rollback after Commit must be a no-op, got %v", err)
+		}
+		rec := h.blocked(h.newClaim(scopeA, key, "fp-1", "token-2", h.at(2*time.Second)), "a committed record blocks a claim")
+		h.checkRecord(fmt.Sprintf("record after Commit (Failed %t)", failed), rec, completed(c, want, h.at(time.Hour)))
 	}
 }
 
@@ -1523,7 +1550,7 @@ func testTxCommitAfterBeginCtx(h *harness) {
 	tx := h.begin(ctx, scopeA, "tx", "token-1")
 	cancel()
 	time.Sleep(50 * time.Millisecond)
-	if err := tx.Commit(h.t.Context(), idem.Response{Status: 200}, h.at(time.Second), h.at(time.Hour)); err != nil {
+	if err := tx.Commit(h.t.Context(), store.Completion{Result: okResult("late"), Now: h.at(time.Second), ExpiresAt: h.at(time.Hour)}); err != nil {
 		h.t.Fatalf("Commit after the BeginTx context ended: %v", err)
 	}
 }
@@ -1537,10 +1564,10 @@ func testTxCommitAfterTakeover(h *harness) {
 	}
 	// The lease passes and another request takes the key over.
 	h.acquire(h.newClaim(scopeA, "tx", "fp-2", "token-2", h.at(time.Hour)), "taking over after the lease")
-	err := tx.Commit(h.t.Context(), idem.Response{Status: 200}, h.at(time.Hour+time.Second), h.at(2*time.Hour))
+	err := tx.Commit(h.t.Context(), store.Completion{Result: okResult("lost"), Now: h.at(time.Hour + time.Second), ExpiresAt: h.at(2 * time.Hour)})
 	h.wantLeaseLost(err, "Commit after a takeover")
 	rec := h.blocked(h.newClaim(scopeA, "tx", "fp-2", "token-3", h.at(time.Hour+2*time.Second)), "the new owner's claim")
-	if rec.State != idem.StateInProgress || rec.Fingerprint != "fp-2" {
+	if rec.State != store.InProgress || rec.Fingerprint != "fp-2" {
 		h.t.Fatalf("a lost Commit changed the new owner's record: %s", h.formatRecord(rec))
 	}
 }
@@ -1554,26 +1581,27 @@ func testTxRollback(h *harness) {
 	if err := tx.Rollback(h.t.Context()); err != nil {
 		h.t.Fatalf("a second Rollback must be a no-op, got %v", err)
 	}
-	if err := h.s.Release(h.t.Context(), scopeA, "tx", "token-1"); err != nil {
+	if err := h.s.Release(h.t.Context(), hold(scopeA, "tx", "token-1")); err != nil {
 		h.t.Fatalf("Release after Rollback: %v", err)
 	}
 	h.acquire(h.newClaim(scopeA, "tx", "fp-1", "token-2", h.at(time.Second)), "the key is free after Rollback and Release")
 }
 
-func holdsClaim(tx idem.Tx) bool {
-	ch, ok := tx.(idem.ClaimHolder)
+func holdsClaim(tx store.Tx) bool {
+	ch, ok := tx.(store.ClaimHolder)
 	return ok && ch.HoldsClaim()
 }
 
-// testTxHoldsClaim: a transaction that holds its claim (idem.ClaimHolder)
+// testTxHoldsClaim: a transaction that holds its claim (store.ClaimHolder)
 // keeps the key from every other request while it lives, past its lease
 // end too, without an Extend, and commits the record.
 func testTxHoldsClaim(h *harness) {
-	h.acquire(h.newClaim(scopeA, "tx", "fp-1", "token-1", h.at(0)), "claiming before the transaction")
+	c := h.newClaim(scopeA, "tx", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "claiming before the transaction")
 	tx := h.begin(h.t.Context(), scopeA, "tx", "token-1")
 	defer tx.Rollback(h.t.Context())
 	if !holdsClaim(tx) {
-		h.t.Skip("the transaction does not hold its claim (idem.ClaimHolder); the engine beats for it")
+		h.t.Skip("the transaction does not hold its claim (store.ClaimHolder); the engine beats for it")
 	}
 	// Past the lease end, with no Extend: the transaction still holds it.
 	ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
@@ -1584,15 +1612,64 @@ func testTxHoldsClaim(h *harness) {
 		h.t.Fatalf("Claim past the lease end of a claim a live transaction holds: %v, want the in-progress record at once", err)
 	case res.Acquired:
 		h.t.Fatal("Claim past the lease end took over a claim a live transaction holds")
-	case res.Existing.State != idem.StateInProgress || res.Existing.Fingerprint != "fp-1":
+	case res.Existing.State != store.InProgress || res.Existing.Fingerprint != "fp-1":
 		h.t.Fatalf("Claim returned %s, want the transaction's in-progress claim", h.formatRecord(res.Existing))
 	}
-	resp := idem.Response{Status: 201, Body: []byte("held")}
-	if err := tx.Commit(h.t.Context(), resp, h.at(time.Hour+time.Second), h.at(2*time.Hour)); err != nil {
+	if err := tx.Commit(h.t.Context(), store.Completion{Result: okResult("held"), Now: h.at(time.Hour + time.Second), ExpiresAt: h.at(2 * time.Hour)}); err != nil {
 		h.t.Fatalf("Commit of a transaction that held its claim past the lease end: %v", err)
 	}
 	rec := h.blocked(h.newClaim(scopeA, "tx", "fp-1", "token-3", h.at(time.Hour+2*time.Second)), "the record is completed")
-	if rec.State != idem.StateCompleted || string(rec.Response.Body) != "held" {
-		h.t.Fatalf("after Commit the record is %s, want the committed response", h.formatRecord(rec))
+	h.checkRecord("record after Commit", rec, completed(c, okResult("held"), h.at(2*time.Hour)))
+}
+
+// RunTxEnded checks Tx.Commit after the handler's transaction ended
+// before the engine could commit it: end ends the transaction that ctx
+// carries (ctx is what Tx.Context returned), as a handler that commits or
+// rolls back the transaction itself would. Commit then stores a Failed
+// completion on its own, as Complete would (the outcome says nothing
+// happened, which is what remains), and refuses any other with an error,
+// storing nothing: the record stays the claim's, in progress, for the
+// engine to release. newStore is as for [RunStore]; it must return a
+// [store.TxBeginner].
+func RunTxEnded(t *testing.T, newStore func(t *testing.T) store.Store, end func(t *testing.T, ctx context.Context)) {
+	t.Helper()
+	for _, failed := range []bool{true, false} {
+		name := "NotFailedRefused"
+		if failed {
+			name = "FailedStoredOnItsOwn"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, newStore(t))
+			if !implements[store.TxBeginner](h.s) {
+				t.Fatalf("%T does not implement store.TxBeginner", h.s)
+			}
+			c := h.newClaim(scopeA, "tx-ended", "fp-1", "token-1", h.at(0))
+			h.acquire(c, "claiming before the transaction")
+			tx := h.begin(t.Context(), scopeA, "tx-ended", "token-1")
+			defer tx.Rollback(t.Context())
+			end(t, tx.Context(t.Context()))
+			res := okResult("after the end")
+			err := tx.Commit(t.Context(), store.Completion{Result: res, Failed: failed, Now: h.at(time.Second), ExpiresAt: h.at(time.Hour)})
+			if failed {
+				if err != nil {
+					t.Fatalf("Commit of a Failed completion after the transaction ended: %v, want it stored on its own", err)
+				}
+				rec := h.blocked(h.newClaim(scopeA, "tx-ended", "fp-1", "token-2", h.at(2*time.Second)), "the Failed completion was stored")
+				h.checkRecord("record after a Failed Commit of an ended transaction", rec, completed(c, okResult("after the end"), h.at(time.Hour)))
+				return
+			}
+			if err == nil {
+				t.Fatal("Commit of a non-Failed completion after the transaction ended succeeded; the handler's writes may be gone, so it must be refused")
+			}
+			if errors.Is(err, store.ErrLeaseLost) {
+				t.Fatalf("Commit of a non-Failed completion after the transaction ended: %v; the claim still holds the record, so not ErrLeaseLost", err)
+			}
+			rec := h.blocked(h.newClaim(scopeA, "tx-ended", "fp-1", "token-2", h.at(2*time.Second)), "the claim still holds the key")
+			h.checkRecord("record after a refused Commit", rec, inProgress(c))
+			if err := h.s.Release(t.Context(), hold(scopeA, "tx-ended", "token-1")); err != nil {
+				t.Fatalf("Release after a refused Commit: %v, want the claim released", err)
+			}
+			h.acquire(h.newClaim(scopeA, "tx-ended", "fp-1", "token-3", h.at(3*time.Second)), "the claim was released")
+		})
 	}
 }

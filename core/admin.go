@@ -82,6 +82,11 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		e.adminDelete(w, r, scope, key)
 		return
 	}
+	e.adminGet(w, r, store.Ref{Scope: scope, Key: key}, ns, method, route)
+}
+
+// adminGet answers a GET: the record ref names, as AdminRecord.
+func (e *Engine) adminGet(w http.ResponseWriter, r *http.Request, ref store.Ref, ns, method, route string) {
 	g, ok := e.store.(store.Getter)
 	if !ok {
 		e.writeProblem(w, problemAdminUnsupported, "This store cannot look records up (it does not implement store.Getter).", 0)
@@ -93,14 +98,14 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := e.storeCall(r.Context(), false)
-	rec, found, err := g.Get(ctx, store.Ref{Scope: scope, Key: key}, now)
+	rec, found, err := g.Get(ctx, ref, now)
 	e.endCall(ctx, StoreGet, err, nil)
 	if err != nil {
 		e.writeProblem(w, problemStore, "Looking the record up failed: "+err.Error(), seconds(e.retryAfter(0)))
 		return
 	}
 	if !found {
-		e.writeProblem(w, problemAdminNotFound, "No record is stored for key "+strconv.Quote(key)+" of "+method+" "+strconv.Quote(route)+nsDetail(ns)+", or it has expired.", 0)
+		e.writeProblem(w, problemAdminNotFound, "No record is stored for key "+strconv.Quote(ref.Key)+" of "+method+" "+strconv.Quote(route)+nsDetail(ns)+", or it has expired.", 0)
 		return
 	}
 	dec, err := fromStore(&rec)

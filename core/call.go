@@ -156,10 +156,18 @@ func (c *Call) Finish(resp Response) error {
 	return c.settle(stored, true)
 }
 
-// Complete ends the call by storing resp as it is, whatever its status:
-// for transports whose results are not HTTP responses. The error is
-// Finish's.
-func (c *Call) Complete(resp Response) error { return c.settle(resp, true) }
+// Complete ends the call by storing resp as it is, whatever the release
+// rule says: for transports whose results are not HTTP responses (put
+// them in Body, with a Status from MinStatus to MaxStatus). The error is
+// Finish's, or, for a Status out of that range, one that says so, after
+// the key is released.
+func (c *Call) Complete(resp Response) error {
+	if resp.kind == kindHTTP && (resp.Status < MinStatus || resp.Status > MaxStatus) {
+		c.Release()
+		return fmt.Errorf("idem: Call.Complete: status %d is not %d to %d; the key is released", resp.Status, MinStatus, MaxStatus)
+	}
+	return c.settle(resp, true)
+}
 
 // Release ends the call without a result: the key is released (and the
 // transaction rolled back), so a retry runs the operation again. Release

@@ -288,3 +288,24 @@ func TestReplayForAndProblemType(t *testing.T) {
 		t.Error("Route is case-sensitive in the method, as ForRoute is not")
 	}
 }
+
+// TestCompleteRefusesAStatusNoReplayCanCarry: Complete stores what it is
+// given, but a status outside 200 to 599 cannot be replayed: it is refused
+// with an error and the key released, never stored as a record that every
+// retry would then find corrupt.
+func TestCompleteRefusesAStatusNoReplayCanCarry(t *testing.T) {
+	s := newTestStore()
+	e, _ := newEngine(t, s)
+	for _, status := range []int{0, 101, 600} {
+		c, _, err := e.Start(t.Context(), httpOp("k", "a"))
+		if c == nil || err != nil {
+			t.Fatalf("status %d: Start: %v", status, err)
+		}
+		if err := c.Complete(Response{Status: status, Body: []byte("x")}); err == nil || !strings.Contains(err.Error(), "is not 200 to 599") {
+			t.Errorf("Complete with status %d: %v, want a refusal", status, err)
+		}
+		if len(s.recs) != 0 {
+			t.Fatalf("status %d: the store holds %d records, want the key released", status, len(s.recs))
+		}
+	}
+}

@@ -55,7 +55,7 @@
 //
 // # Exactly-once
 //
-// When the store implements [TxBeginner] (pgxstore's and mysqlstore's
+// When the store implements [store.TxBeginner] (pgxstore's and mysqlstore's
 // ExactlyOnce views), every claimed request runs like this:
 //
 //  1. Claim commits on its own, as always, so duplicates see the claim.
@@ -101,7 +101,7 @@
 // # Recovery
 //
 // A fault costs seconds, not the lease. When the store implements
-// [Extender], the engine extends a running request's claim every third
+// [store.Extender], the engine extends a running request's claim every third
 // of the lease (15 s by default): a handler of any length keeps its
 // claim, and a crashed instance's keys free within the lease. Each beat
 // is one Extend per request in flight; a handler shorter than a beat

@@ -86,6 +86,9 @@ func ParseHeader[B ~[]byte | ~string](b B) (http.Header, error) {
 		return nil, errHeader("bad name count")
 	}
 	h := make(http.Header, count)
+	// The values of every name share one array, grown when a name has
+	// more than one: a header is mostly one value per name.
+	all := make([]string, 0, count)
 	for range count {
 		var name string
 		if name, p, ok = chunk(p); !ok {
@@ -98,13 +101,15 @@ func ParseHeader[B ~[]byte | ~string](b B) (http.Header, error) {
 		if nv, p, ok = uvarint(p); !ok || nv > uint64(len(p)) {
 			return nil, errHeader("bad value count")
 		}
-		vals := make([]string, nv)
-		for i := range vals {
-			if vals[i], p, ok = chunk(p); !ok {
+		start := len(all)
+		for range nv {
+			var v string
+			if v, p, ok = chunk(p); !ok {
 				return nil, errHeader("bad value")
 			}
+			all = append(all, v)
 		}
-		h[name] = vals
+		h[name] = all[start:len(all):len(all)]
 	}
 	if len(p) != 0 {
 		return nil, errHeader("bytes after the last name")

@@ -72,12 +72,18 @@ func encodeResult(resp *Response) store.Result {
 // ErrCorruptRecord when its head is not one encodeResult (or
 // store.LegacyHead) writes. The response shares res.Body.
 func decodeResult(res store.Result) (*Response, error) {
-	resp := &Response{Body: res.Body, BodyOmitted: res.BodyOmitted}
+	resp := new(Response)
+	return resp, decodeInto(resp, res)
+}
+
+// decodeInto is decodeResult into resp.
+func decodeInto(resp *Response, res store.Result) error {
+	*resp = Response{Body: res.Body, BodyOmitted: res.BodyOmitted}
 	if res.BodyOmitted {
 		resp.Body = nil
 	}
 	if len(res.Head) == 0 {
-		return nil, fmt.Errorf("%w: a completed record without a result", ErrCorruptRecord)
+		return fmt.Errorf("%w: a completed record without a result", ErrCorruptRecord)
 	}
 	switch res.Head[0] {
 	case headValue, headFinal:
@@ -88,25 +94,41 @@ func decodeResult(res store.Result) (*Response, error) {
 		if len(res.Head) > 1 {
 			h, err := ParseHeader(res.Head[1:])
 			if err != nil {
-				return nil, err
+				return err
 			}
 			resp.Header = h
 		}
-		return resp, nil
+		return nil
 	case headHTTP:
 	default:
-		return nil, fmt.Errorf("%w: unknown result format %d", ErrCorruptRecord, res.Head[0])
+		return fmt.Errorf("%w: unknown result format %d", ErrCorruptRecord, res.Head[0])
 	}
 	status, rest, ok := uvarint(string(res.Head[1:]))
 	if !ok || status < MinStatus || status > MaxStatus {
-		return nil, fmt.Errorf("%w: the result's status is not %d to %d", ErrCorruptRecord, MinStatus, MaxStatus)
+		return fmt.Errorf("%w: the result's status is not %d to %d", ErrCorruptRecord, MinStatus, MaxStatus)
 	}
 	h, err := ParseHeader(rest)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp.Status, resp.Header = int(status), h
-	return resp, nil
+	if res.BodyOmitted {
+		// A store that dropped the body (its own size bound) kept the head
+		// as the engine encoded it: the headers that describe the body's
+		// bytes go with the body, as in WithoutBody.
+		for k := range h {
+			if describesBody(k) {
+				delete(h, k)
+			}
+		}
+	}
+	return nil
+}
+
+// decoded is a record and its response in one allocation.
+type decoded struct {
+	rec  record
+	resp Response
 }
 
 // fromStore is rec with its result decoded, or an error wrapping
@@ -115,15 +137,14 @@ func fromStore(rec *store.Record) (*record, error) {
 	if err := rec.Check(); err != nil {
 		return nil, err
 	}
-	out := &record{Fingerprint: rec.Fingerprint, State: rec.State, CreatedAt: rec.CreatedAt, LeaseEnd: rec.LeaseEnd, ExpiresAt: rec.ExpiresAt}
+	d := &decoded{rec: record{Fingerprint: rec.Fingerprint, State: rec.State, CreatedAt: rec.CreatedAt, LeaseEnd: rec.LeaseEnd, ExpiresAt: rec.ExpiresAt}}
 	if rec.State == store.Completed {
-		resp, err := decodeResult(rec.Result)
-		if err != nil {
+		if err := decodeInto(&d.resp, rec.Result); err != nil {
 			return nil, err
 		}
-		out.Response = resp
+		d.rec.Response = &d.resp
 	}
-	return out, nil
+	return &d.rec, nil
 }
 
 // failedResult reports that resp says the operation took no effect (an

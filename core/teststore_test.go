@@ -22,18 +22,6 @@ type testRec struct {
 	token string
 }
 
-// resp is the record's result decoded; nil while it is in progress.
-func (r *testRec) resp() *Response {
-	if r.State != store.Completed {
-		return nil
-	}
-	resp, err := decodeResult(r.Result)
-	if err != nil {
-		panic(err)
-	}
-	return resp
-}
-
 func newTestStore() *testStore {
 	return &testStore{recs: map[[2]string]*testRec{}, watchers: map[[2]string][]chan struct{}{}, calls: map[string]int{}}
 }

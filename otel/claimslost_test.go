@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	idemotel "github.com/idemkit/idem/otel"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
@@ -20,7 +20,7 @@ type completeFails struct {
 	err error
 }
 
-func (s completeFails) Complete(context.Context, string, string, string, idem.Response, time.Time, time.Time) error {
+func (s completeFails) Complete(context.Context, store.Hold, store.Completion) error {
 	return s.err
 }
 

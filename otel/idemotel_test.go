@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	idemotel "github.com/idemkit/idem/otel"
 	memstore "github.com/idemkit/idem/stores/memory"
 	"go.opentelemetry.io/otel/attribute"
@@ -194,8 +195,8 @@ var errDown = errors.New("store down")
 // downStore fails every claim.
 type downStore struct{ idem.Store }
 
-func (downStore) Claim(context.Context, idem.Claim) (idem.ClaimResult, error) {
-	return idem.ClaimResult{}, errDown
+func (downStore) Claim(context.Context, store.Claim) (store.ClaimResult, error) {
+	return store.ClaimResult{}, errDown
 }
 
 // TestOutcomes drives every outcome the fixture routes can produce through
@@ -542,12 +543,12 @@ type failOnce struct {
 	failed bool
 }
 
-func (s *failOnce) Complete(ctx context.Context, scope, key, token string, r idem.Response, now, exp time.Time) error {
+func (s *failOnce) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
 	if !s.failed {
 		s.failed = true
 		return errDown
 	}
-	return s.Store.Complete(ctx, scope, key, token, r, now, exp)
+	return s.Store.Complete(ctx, h, c)
 }
 
 // TestBackground counts a completion that landed after a store blip in

@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 	idemgin "github.com/idemkit/idem/adapters/gin"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	memstore "github.com/idemkit/idem/stores/memory"
 )
 
@@ -31,9 +32,9 @@ func renderErrors(c *gin.Context) {
 }
 
 // stored reports whether store holds a record for key on POST route.
-func stored(t *testing.T, store *memstore.Store, route, key string) bool {
+func stored(t *testing.T, s *memstore.Store, route, key string) bool {
 	t.Helper()
-	_, ok, err := store.Get(context.Background(), idem.Scope("", "POST", route), key, time.Now())
+	_, ok, err := s.Get(context.Background(), store.Ref{Scope: idem.Scope("", "POST", route), Key: key}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,12 +243,10 @@ type failingStore struct{}
 
 var errDown = errors.New("store down")
 
-func (failingStore) Claim(context.Context, idem.Claim) (idem.ClaimResult, error) {
-	return idem.ClaimResult{}, errDown
+func (failingStore) Claim(context.Context, store.Claim) (store.ClaimResult, error) {
+	return store.ClaimResult{}, errDown
 }
 
-func (failingStore) Complete(context.Context, string, string, string, idem.Response, time.Time, time.Time) error {
-	return errDown
-}
+func (failingStore) Complete(context.Context, store.Hold, store.Completion) error { return errDown }
 
-func (failingStore) Release(context.Context, string, string, string) error { return errDown }
+func (failingStore) Release(context.Context, store.Hold) error { return errDown }

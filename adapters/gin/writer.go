@@ -3,6 +3,7 @@ package idemgin
 import (
 	"bufio"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 
@@ -90,18 +91,13 @@ func (b *writer) WriteHeader(code int) {
 // WriteHeaderNow writes the recorded status unless it was written. The
 // engine gets it with the first byte, on Flush, or when the chain returns.
 func (b *writer) WriteHeaderNow() {
-	if b.size < 0 {
-		b.size = 0
-	}
+	b.size = max(b.size, 0)
 }
 
 // send hands the status to the engine unless it has it.
 func (b *writer) send() {
 	if !b.sent {
-		b.sent = true
-		if b.size < 0 {
-			b.size = 0
-		}
+		b.sent, b.size = true, max(b.size, 0)
 		b.w.WriteHeader(b.status)
 	}
 }
@@ -117,13 +113,7 @@ func (b *writer) Write(p []byte) (int, error) {
 // the writer supports it.
 func (b *writer) WriteString(s string) (int, error) {
 	b.send()
-	var n int
-	var err error
-	if sw, ok := b.w.(interface{ WriteString(string) (int, error) }); ok {
-		n, err = sw.WriteString(s)
-	} else {
-		n, err = b.w.Write([]byte(s))
-	}
+	n, err := io.WriteString(b.w, s)
 	b.size += n
 	return n, err
 }
@@ -149,10 +139,7 @@ func (b *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	conn, rw, err := http.NewResponseController(b.w).Hijack()
 	if err == nil {
-		b.sent = true
-		if b.size < 0 {
-			b.size = 0
-		}
+		b.sent, b.size = true, max(b.size, 0)
 	}
 	return conn, rw, err
 }

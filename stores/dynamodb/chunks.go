@@ -12,10 +12,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
-// A response body too large for the record's item, even gzipped, goes
+// A result's body too large for the record's item, even gzipped, goes
 // into chunk items written in the completion's TransactWriteItems. A
 // chunk item's partition key is the record's followed by
 // ".<16 hex digits of the token's SHA-256>.<index>" (its sort key, if
@@ -137,7 +137,7 @@ func (s *Store) chunkPuts(rec map[string]types.AttributeValue, token string, e *
 // readRecord decodes item, the record under key rec, and reads its
 // body's chunks when it has any, with one strongly consistent
 // BatchGetItem (more only for keys DynamoDB leaves unprocessed).
-func (s *Store) readRecord(ctx context.Context, rec map[string]types.AttributeValue, item map[string]types.AttributeValue) (idem.Record, error) {
+func (s *Store) readRecord(ctx context.Context, rec map[string]types.AttributeValue, item map[string]types.AttributeValue) (store.Record, error) {
 	r, ch, err := s.decodeRecord(item)
 	if err != nil || ch.n == 0 {
 		return r, err
@@ -152,18 +152,18 @@ func (s *Store) readRecord(ctx context.Context, rec map[string]types.AttributeVa
 	pending := keys
 	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt == 8 {
-			return idem.Record{}, fmt.Errorf("reading the body's chunks: %d of %d still unprocessed after %d attempts", len(pending), ch.n, attempt)
+			return store.Record{}, fmt.Errorf("reading the body's chunks: %d of %d still unprocessed after %d attempts", len(pending), ch.n, attempt)
 		}
 		if attempt > 0 {
 			if err := sleep(ctx, time.Duration(attempt)*20*time.Millisecond); err != nil {
-				return idem.Record{}, err
+				return store.Record{}, err
 			}
 		}
 		out, err := s.client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
 			s.table: {Keys: pending, ConsistentRead: new(true)},
 		}})
 		if err != nil {
-			return idem.Record{}, fmt.Errorf("reading the body's chunks: %w", err)
+			return store.Record{}, fmt.Errorf("reading the body's chunks: %w", err)
 		}
 		for _, it := range out.Responses[s.table] {
 			pk, _ := it[s.pk].(*types.AttributeValueMemberS)
@@ -180,16 +180,16 @@ func (s *Store) readRecord(ctx context.Context, rec map[string]types.AttributeVa
 	var body []byte
 	for i, p := range parts {
 		if p == nil {
-			return idem.Record{}, fmt.Errorf("%w: chunk %d of %d of the body is missing", idem.ErrCorruptRecord, i+1, ch.n)
+			return store.Record{}, fmt.Errorf("%w: chunk %d of %d of the body is missing", store.ErrCorruptRecord, i+1, ch.n)
 		}
 		body = append(body, p...)
 	}
 	if ch.gzip {
 		if body, err = gunzip(body); err != nil {
-			return idem.Record{}, fmt.Errorf("%w: the body's chunks: bad gzip data: %w", idem.ErrCorruptRecord, err)
+			return store.Record{}, fmt.Errorf("%w: the body's chunks: bad gzip data: %w", store.ErrCorruptRecord, err)
 		}
 	}
-	r.Response.Body = body
+	r.Result.Body = body
 	return r, nil
 }
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // recordID returns the id of the record for (scope, key): 32 hex digits of
@@ -28,7 +28,7 @@ func recordID(scope, key string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// The stored state numbers, as idem.State.
+// The stored state numbers, as store.State.
 const (
 	stateInProgress = "1"
 	stateCompleted  = "2"
@@ -79,43 +79,43 @@ func twiceSec(leaseEnd time.Time) int64 {
 	return s
 }
 
-// encoded is a response as a completion writes it.
+// encoded is a result as a completion writes it.
 type encoded struct {
-	header, body           []byte
-	chunks                 [][]byte // the body, in chunk items, when it does not fit in the record
-	headerGzip, bodyGzip   bool
-	omitted, headerDropped bool
-	level                  int // which of the levels below produced it
+	head, body         []byte
+	chunks             [][]byte // the body, in chunk items, when it does not fit in the record
+	headGzip, bodyGzip bool
+	omitted            bool
+	level              int // which of the levels below produced it
 }
 
-// The encoding levels, tried in order until the response fits.
+// The encoding levels, tried in order until the result fits. The head is
+// always kept: it is at most store.MaxHead, which an item always has room
+// for.
 const (
-	levelRaw        = iota // headers and body in the record (the body gzipped above WithCompressAbove when smaller)
-	levelGzipBody          // the body gzipped, in the record
-	levelChunks            // the body (gzipped when smaller) in chunk items written with the record
-	levelOmitBody          // status and headers, BodyOmitted
-	levelGzipHeader        // status and gzipped headers, BodyOmitted
-	levelStatusOnly        // status alone, BodyOmitted (headers dropped)
+	levelRaw      = iota // head and body in the record (the body gzipped above WithCompressAbove when smaller)
+	levelGzipBody        // the body gzipped, in the record
+	levelChunks          // the body (gzipped when smaller) in chunk items written with the record
+	levelOmitBody        // the head alone, BodyOmitted
+	levelGzipHead        // the head gzipped (when smaller) alone, BodyOmitted, even past the budget
 	levelCount
 )
 
-// limits bounds an encoding: budget is what the record's headers and
-// body may take, chunkSize what one chunk item's body may, maxChunks how
-// many chunk items the transaction has room for, and maxChunked their
-// total size.
+// limits bounds an encoding: budget is what the record's head and body
+// may take, chunkSize what one chunk item's body may, maxChunks how many
+// chunk items the transaction has room for, and maxChunked their total
+// size.
 type limits struct {
 	budget, chunkSize, maxChunks, maxChunked, compressAt int
 }
 
-// encodeResponse encodes resp at the first level from minLevel on that
-// fits within lim.
-func encodeResponse(resp *idem.Response, lim limits, minLevel int) encoded {
-	var h []byte
-	if len(resp.Header) > 0 {
-		h = idem.AppendHeader(nil, resp.Header)
-	}
-	body := resp.Body
-	if resp.BodyOmitted {
+// encodeResult encodes res at the first level from minLevel on that fits
+// within lim; the last level, the head alone, is returned even when it
+// does not fit the budget (a head larger than what WithMaxItemSize leaves
+// is written anyway: DynamoDB's 400 KB have room for it).
+func encodeResult(res *store.Result, lim limits, minLevel int) encoded {
+	h := res.Head
+	body := res.Body
+	if res.BodyOmitted {
 		body = nil
 	}
 	var gz []byte // body gzipped, once needed; nil when that is not smaller
@@ -127,8 +127,8 @@ func encodeResponse(resp *idem.Response, lim limits, minLevel int) encoded {
 		}
 		return gz
 	}
-	for level := max(minLevel, levelRaw); level < levelStatusOnly; level++ {
-		e := encoded{header: h, body: body, omitted: resp.BodyOmitted, level: level}
+	for level := max(minLevel, levelRaw); level < levelGzipHead; level++ {
+		e := encoded{head: h, body: body, omitted: res.BodyOmitted, level: level}
 		switch level {
 		case levelRaw:
 			if lim.compressAt > 0 && len(body) > lim.compressAt {
@@ -157,18 +157,16 @@ func encodeResponse(resp *idem.Response, lim limits, minLevel int) encoded {
 			return e
 		case levelOmitBody:
 			e.body, e.omitted = nil, true
-		case levelGzipHeader:
-			if len(h) == 0 {
-				continue
-			}
-			e.body, e.omitted = nil, true
-			e.header, e.headerGzip = gzipped(h), true
 		}
-		if len(e.header)+len(e.body) <= lim.budget {
+		if len(e.head)+len(e.body) <= lim.budget {
 			return e
 		}
 	}
-	return encoded{omitted: true, headerDropped: len(h) > 0, level: levelStatusOnly}
+	e := encoded{head: h, omitted: true, level: levelGzipHead}
+	if g := gzipped(h); len(g) < len(h) {
+		e.head, e.headGzip = g, true
+	}
+	return e
 }
 
 func gzipped(b []byte) []byte {
@@ -208,27 +206,31 @@ type chunked struct {
 }
 
 // decodeRecord turns an item into a record, with the body left out when
-// chunk items hold it; errors wrap idem.ErrCorruptRecord.
-func (s *Store) decodeRecord(item map[string]types.AttributeValue) (idem.Record, chunked, error) {
+// chunk items hold it; errors wrap store.ErrCorruptRecord. A completed
+// item with a status was written before results were opaque: its header
+// attribute holds the legacy header bytes, and its head is
+// store.LegacyHead of both.
+func (s *Store) decodeRecord(item map[string]types.AttributeValue) (store.Record, chunked, error) {
 	a := &s.attrs
 	d := decoder{item: item}
-	var rec idem.Record
+	var rec store.Record
 	var ch chunked
 	rec.Fingerprint = string(d.bytes(a.Fingerprint, true))
 	state := d.num(a.State, true)
-	rec.State = idem.State(min(max(state, 0), math.MaxUint8))
+	rec.State = store.State(min(max(state, 0), math.MaxUint8))
 	if state != int64(rec.State) {
 		rec.State = 0
 	}
 	rec.CreatedAt = d.time(a.CreatedAt, true)
 	rec.ExpiresAt = d.time(a.ExpiresAt, true)
-	if rec.State == idem.StateInProgress {
+	if rec.State == store.InProgress {
 		rec.LeaseEnd = d.time(a.LeaseEnd, true)
 	}
-	if rec.State == idem.StateCompleted {
-		resp := &idem.Response{Status: int(d.num(a.Status, true))}
-		if h := d.coded(a.Header, a.HeaderCoding); len(h) > 0 && d.err == nil {
-			resp.Header, d.err = idem.ParseHeader(h)
+	if rec.State == store.Completed {
+		res := &rec.Result
+		res.Head = d.coded(a.Header, a.HeaderCoding)
+		if _, legacy := item[a.Status]; legacy {
+			res.Head = store.LegacyHead(int(d.num(a.Status, true)), res.Head)
 		}
 		if n := d.num(a.BodyChunks, false); n != 0 {
 			if n < 0 || n > 100 {
@@ -243,16 +245,15 @@ func (s *Store) decodeRecord(item map[string]types.AttributeValue) (idem.Record,
 				d.fail(a.BodyCoding, fmt.Sprintf("unknown coding %q", c))
 			}
 		} else {
-			resp.Body = d.coded(a.Body, a.BodyCoding)
+			res.Body = d.coded(a.Body, a.BodyCoding)
 		}
-		resp.BodyOmitted = d.boolean(a.BodyOmitted)
-		rec.Response = resp
+		res.BodyOmitted = d.boolean(a.BodyOmitted)
 	}
 	if d.err != nil {
-		return idem.Record{}, chunked{}, fmt.Errorf("%w: %w", idem.ErrCorruptRecord, d.err)
+		return store.Record{}, chunked{}, fmt.Errorf("%w: %w", store.ErrCorruptRecord, d.err)
 	}
 	if err := rec.Check(); err != nil {
-		return idem.Record{}, chunked{}, err
+		return store.Record{}, chunked{}, err
 	}
 	return rec, ch, nil
 }

@@ -10,18 +10,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
-// complete completes the record with resp, together with the handler's
-// writes when there are any, trying the encoding levels in order until
-// DynamoDB takes the item.
-func (s *Store) complete(ctx context.Context, op, scope, key, token string, resp *idem.Response, expiresAt time.Time, handler []types.TransactWriteItem) error {
-	lim := s.limits(token, handler)
+// complete completes the record h holds with c, together with the
+// handler's writes when there are any, trying the encoding levels in
+// order until DynamoDB takes the item.
+func (s *Store) complete(ctx context.Context, op string, h store.Hold, c *store.Completion, handler []types.TransactWriteItem) error {
+	if len(c.Result.Head) == 0 {
+		return fmt.Errorf("dynamostore: %s: the result has no head", op)
+	}
+	lim := s.limits(h.Token, handler)
 	for level := levelRaw; level < levelCount; level++ {
-		e := encodeResponse(resp, lim, level)
+		e := encodeResult(&c.Result, lim, level)
 		level = e.level
-		u, err := s.completeUpdate(scope, key, token, resp, &e, expiresAt)
+		u, err := s.completeUpdate(h, &e, c.ExpiresAt)
 		if err != nil {
 			return fmt.Errorf("dynamostore: %s: %w", op, err)
 		}
@@ -36,9 +39,9 @@ func (s *Store) complete(ctx context.Context, op, scope, key, token string, resp
 			}
 			return s.held(op, err)
 		}
-		items := append(handler[:len(handler):len(handler)], s.chunkPuts(u.Key, token, &e, expiresAt)...)
+		items := append(handler[:len(handler):len(handler)], s.chunkPuts(u.Key, h.Token, &e, c.ExpiresAt)...)
 		items = append(items, types.TransactWriteItem{Update: u})
-		err = s.transact(ctx, items, u.Key, token, expiresAt, level)
+		err = s.transact(ctx, items, u.Key, h.Token, c.ExpiresAt, level)
 		if err == nil {
 			return nil
 		}
@@ -47,7 +50,7 @@ func (s *Store) complete(ctx context.Context, op, scope, key, token string, resp
 		}
 		return commitError(op, err, len(handler), len(items))
 	}
-	return fmt.Errorf("dynamostore: %s: the record does not fit in an item even without its response's headers and body", op)
+	return fmt.Errorf("dynamostore: %s: the record does not fit in an item even with its result's head alone, gzipped", op)
 }
 
 // maxConflicts bounds how often a completion's TransactWriteItems is sent
@@ -103,26 +106,26 @@ func tooLarge(err error) bool {
 }
 
 // completeUpdate builds the token-conditioned update that completes the
-// record with resp, encoded as e.
-func (s *Store) completeUpdate(scope, key, token string, resp *idem.Response, e *encoded, expiresAt time.Time) (*types.Update, error) {
+// record h holds with a result encoded as e. It writes no status: an
+// item with one was written before results were opaque (see
+// decodeRecord), and the update removes any, so that the head is never
+// read as legacy header bytes.
+func (s *Store) completeUpdate(h store.Hold, e *encoded, expiresAt time.Time) (*types.Update, error) {
 	exp, err := nanos(expiresAt)
 	if err != nil {
 		return nil, err
 	}
-	set := []string{"#st = :done", "#sc = :sc", "#ex = :ex", "#ttl = :ttl"}
-	ph := []string{"#st", "#sc", "#ex", "#ttl", "#le", "#tok"}
+	set := []string{"#st = :done", "#ex = :ex", "#ttl = :ttl", "#h = :h"}
+	ph := []string{"#st", "#ex", "#ttl", "#h", "#le", "#sc", "#tok"}
 	vals := map[string]types.AttributeValue{
-		":done": attrN(int64(idem.StateCompleted)), ":ip": attrN(int64(idem.StateInProgress)),
-		":sc": attrN(int64(resp.Status)), ":ex": attrN(exp), ":ttl": attrN(ceilSec(expiresAt)),
-		":tok": attrB([]byte(token)),
+		":done": attrN(int64(store.Completed)), ":ip": attrN(int64(store.InProgress)),
+		":ex": attrN(exp), ":ttl": attrN(ceilSec(expiresAt)), ":h": attrB(e.head),
+		":tok": attrB([]byte(h.Token)),
 	}
 	add := func(placeholder, value string, v types.AttributeValue) {
 		set = append(set, placeholder+" = "+value)
 		ph = append(ph, placeholder)
 		vals[value] = v
-	}
-	if len(e.header) > 0 {
-		add("#h", ":h", attrB(e.header))
 	}
 	if len(e.body) > 0 {
 		add("#b", ":b", attrB(e.body))
@@ -130,7 +133,7 @@ func (s *Store) completeUpdate(scope, key, token string, resp *idem.Response, e 
 	if len(e.chunks) > 0 {
 		add("#bk", ":bk", attrN(int64(len(e.chunks))))
 	}
-	if e.headerGzip {
+	if e.headGzip {
 		add("#hc", ":hc", attrS(codingGzip))
 	}
 	if e.bodyGzip {
@@ -141,8 +144,8 @@ func (s *Store) completeUpdate(scope, key, token string, resp *idem.Response, e 
 	}
 	return &types.Update{
 		TableName:                 &s.table,
-		Key:                       s.Key(scope, key),
-		UpdateExpression:          new("SET " + strings.Join(set, ", ") + " REMOVE #le"),
+		Key:                       s.Key(h.Scope, h.Key),
+		UpdateExpression:          new("SET " + strings.Join(set, ", ") + " REMOVE #le, #sc"),
 		ConditionExpression:       new(heldCondition),
 		ExpressionAttributeNames:  s.names(ph...),
 		ExpressionAttributeValues: vals,

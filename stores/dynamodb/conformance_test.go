@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // TestConformance runs the shared store suite against DynamoDB (dynalite
@@ -18,7 +19,7 @@ import (
 func TestConformance(t *testing.T) {
 	client := newClient(t)
 	table := newTable(t, client)
-	conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, client, table...) })
+	conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, client, table...) })
 }
 
 // TestConformanceSingleTable runs it on a single-table layout: other key
@@ -28,7 +29,7 @@ func TestConformanceSingleTable(t *testing.T) {
 	client := newClient(t)
 	table := newTable(t, client, WithPartitionKey("PK"), WithSortKeyPrefix("SK", "IDEM#"),
 		WithAttributes(Attributes{TTL: "expires", State: "idem_state", Body: "data"}))
-	conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, client, table...) })
+	conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, client, table...) })
 }
 
 // TestConformanceExactlyOnce runs it against the exactly-once view, which
@@ -36,7 +37,7 @@ func TestConformanceSingleTable(t *testing.T) {
 func TestConformanceExactlyOnce(t *testing.T) {
 	client := newClient(t)
 	table := newTable(t, client, WithSortKey("sk", "idem"))
-	conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, client, table...).ExactlyOnce() })
+	conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, client, table...).ExactlyOnce() })
 }
 
 // TestHTTP runs the HTTP behaviour suite through the core's net/http
@@ -45,13 +46,13 @@ func TestConformanceExactlyOnce(t *testing.T) {
 func TestHTTP(t *testing.T) {
 	client := newClient(t)
 	table := newTable(t, client)
-	for name, wrap := range map[string]func(*Store) idem.Store{
-		"plain":        func(s *Store) idem.Store { return s },
-		"exactly once": func(s *Store) idem.Store { return s.ExactlyOnce() },
+	for name, wrap := range map[string]func(*Store) store.Store{
+		"plain":        func(s *Store) store.Store { return s },
+		"exactly once": func(s *Store) store.Store { return s.ExactlyOnce() },
 	} {
 		t.Run(name, func(t *testing.T) {
 			conformance.RunHTTP(t, conformance.Harness{
-				NewStore: func(t *testing.T) idem.Store { return wrap(newStore(t, client, table...)) },
+				NewStore: func(t *testing.T) store.Store { return wrap(newStore(t, client, table...)) },
 				Handler: func(t *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
 					return f.ServeMux(e.Middleware)
 				},
@@ -78,7 +79,7 @@ func (c noOldItem) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts 
 func TestConformanceWithoutOldItem(t *testing.T) {
 	client := newClient(t)
 	table := newTable(t, client)
-	conformance.RunStore(t, func(t *testing.T) idem.Store {
+	conformance.RunStore(t, func(t *testing.T) store.Store {
 		s, err := New(noOldItem{client}, append(table, WithKeyPrefix(randomName("t")+"#"))...)
 		if err != nil {
 			t.Fatal(err)

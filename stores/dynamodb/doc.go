@@ -1,4 +1,5 @@
-// Package dynamostore is an idem.Store on Amazon DynamoDB, built on
+// Package dynamostore is an idem store (a store.Store, package
+// github.com/idemkit/idem/core/store) on Amazon DynamoDB, built on
 // github.com/aws/aws-sdk-go-v2/service/dynamodb: serverless, shared by
 // every instance of a service, and able to commit a handler's own
 // DynamoDB writes together with the idempotency record (exactly-once
@@ -46,9 +47,18 @@
 // WithAttributes) are: fingerprint and token (B), state (N: 1 in
 // progress, 2 completed), created_at, lease_end and expires_at (N: Unix
 // nanoseconds), created_s (N: Unix seconds), ttl (N: Unix seconds,
-// DynamoDB's TTL), and on completed records status (N), headers and body
-// (B), body_coding and headers_coding (S: "gzip" when compressed),
-// body_omitted (BOOL) and body_chunks (N).
+// DynamoDB's TTL), and on completed records headers and body (B: the
+// result's Head and Body, bytes the engine encoded and the Store keeps
+// as they are), body_coding and headers_coding (S: "gzip" when
+// compressed), body_omitted (BOOL) and body_chunks (N).
+//
+// Items completed before results were opaque also have a status (N, an
+// HTTP status), and their headers attribute holds the engine's header
+// bytes: the Store reads them as before (store.LegacyHead of the two),
+// so records written by an older version keep replaying. New
+// completions write no status. An older version cannot read the records
+// a newer one completed: roll back only with a fresh table, or after
+// the records' retention.
 //
 // # Round trips and consistency
 //
@@ -74,19 +84,19 @@
 // record's is its expiry, an in-progress one's its lease end plus as
 // long again as the lease has lasted (LeaseEnd + (LeaseEnd − CreatedAt),
 // moved by Extend, which DynamoDB computes from created_s), so that a
-// late Complete still finds its record, as idem.Store requires. The Store
-// implements no idem.ExpiredDeleter.
+// late Complete still finds its record, as store.Store requires. The
+// Store implements no store.ExpiredDeleter.
 //
-// # Large responses
+// # Large results
 //
 // An item holds at most 400 KB, names and values (WithMaxItemSize lowers
-// the bound). A completion never fails for its size: the response is
+// the bound). A completion never fails for its size: the result is
 // stored in the first of these forms that fits. The first three replay
-// it exactly; the last three leave the body out (BodyOmitted), as the
-// engine does for responses over its cap, and the retry does not run
+// it exactly; the last two leave the body out (BodyOmitted), as the
+// engine does for bodies over its cap, and the retry does not run
 // again:
 //
-//  1. headers and body in the item as they are (bodies larger than
+//  1. head and body in the item as they are (bodies larger than
 //     WithCompressAbove gzipped when that makes them smaller);
 //  2. the body gzipped, in the item;
 //  3. the body (gzipped when smaller) split into chunk items of up to
@@ -95,16 +105,18 @@
 //     transaction). A replay reads them with one consistent
 //     BatchGetItem. TTL removes chunks at the record's expiry, also when
 //     the record was deleted or taken over before;
-//  4. status and headers;
-//  5. status and gzipped headers;
-//  6. status alone: headers over 400 KB even gzipped are dropped.
+//  4. the head alone;
+//  5. the head gzipped, when that makes it smaller. The head is never
+//     dropped: the engine keeps it within 64 KiB (store.MaxHead), which
+//     an item always has room for, so this form is written even when it
+//     is over WithMaxItemSize's bound.
 //
 // The Store estimates the item's size and, should DynamoDB still refuse
 // the item, sends the completion again in the next form.
 //
 // # Exactly-once
 //
-// Store.ExactlyOnce returns a view (idem.TxBeginner) under which a
+// Store.ExactlyOnce returns a view (store.TxBeginner) under which a
 // handler's own DynamoDB writes commit with the record's completion in one
 // TransactWriteItems, so that a crash or a lost claim can never leave one
 // without the other:
@@ -157,7 +169,7 @@
 //
 // # Time and global tables
 //
-// DynamoDB tells no time, so the Store implements no idem.Clock:
+// DynamoDB tells no time, so the Store implements no store.Clock:
 // instances compare leases on their own clocks, which NTP keeps within
 // far less than a heartbeat. Conditional writes are atomic within one
 // region only: in a global table (with the default, eventually consistent

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // throttled is a client that answers the next n claims (PutItem) with
@@ -43,7 +44,7 @@ func TestThrottling(t *testing.T) {
 	var pte *types.ProvisionedThroughputExceededException
 	tc.n.Store(1)
 	now := time.Now()
-	if _, err := s.Claim(t.Context(), idem.Claim{Scope: "s", Key: "k", Fingerprint: "f", Token: "t", Now: now, LeaseEnd: now.Add(time.Minute)}); !errors.As(err, &pte) {
+	if _, err := s.Claim(t.Context(), store.Claim{Scope: "s", Key: "k", Fingerprint: "f", Token: "t", Now: now, LeaseEnd: now.Add(time.Minute)}); !errors.As(err, &pte) {
 		t.Fatalf("claim: %v, want the throttling error wrapped", err)
 	}
 	e, err := idem.New(s, idem.WithLogger(quietLog))
@@ -113,22 +114,23 @@ func TestTransactionConflict(t *testing.T) {
 		ok        bool
 	}{{"once", 1, true}, {"always", maxConflicts, false}} {
 		t.Run(tc.key, func(t *testing.T) {
-			if r, err := x.Claim(t.Context(), idem.Claim{Scope: "s", Key: tc.key, Fingerprint: "f", Token: "t", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil || !r.Acquired {
+			c := store.Claim{Scope: "s", Key: tc.key, Fingerprint: "f", Token: "t", Now: now, LeaseEnd: now.Add(time.Minute)}
+			if r, err := x.Claim(t.Context(), c); err != nil || !r.Acquired {
 				t.Fatalf("claim: %+v %v", r, err)
 			}
-			tx, _ := x.BeginTx(t.Context(), "s", tc.key, "t")
+			tx, _ := x.BeginTx(t.Context(), c.Hold())
 			w, _ := Tx(tx.Context(t.Context()))
 			if err := w.Put(types.Put{TableName: aws.String(orders), Item: map[string]types.AttributeValue{"id": attrS(tc.key)}}); err != nil {
 				t.Fatal(err)
 			}
 			cc.n.Store(tc.conflicts)
 			cc.calls.Store(0)
-			err := tx.Commit(t.Context(), idem.Response{Status: 200}, now, now.Add(time.Hour))
+			err := tx.Commit(t.Context(), store.Completion{Result: store.Result{Head: []byte{1}}, Now: now, ExpiresAt: now.Add(time.Hour)})
 			if (err == nil) != tc.ok || cc.calls.Load() != min(tc.conflicts+1, maxConflicts) {
 				t.Fatalf("commit: %v after %d calls; want ok %v", err, cc.calls.Load(), tc.ok)
 			}
-			rec, _, _ := x.Get(t.Context(), "s", tc.key, now)
-			if want := map[bool]idem.State{true: idem.StateCompleted, false: idem.StateInProgress}[tc.ok]; rec.State != want {
+			rec, _, _ := x.Get(t.Context(), c.Ref(), now)
+			if want := map[bool]store.State{true: store.Completed, false: store.InProgress}[tc.ok]; rec.State != want {
 				t.Fatalf("record %v, want %v", rec.State, want)
 			}
 		})

@@ -46,6 +46,11 @@ const DefaultPartitionKey = "pk"
 // table's keys. A field left empty keeps its default, given in its
 // comment. Names must be unique, differ from the key attributes, and be
 // 1 to 255 bytes of UTF-8.
+//
+// Status is legacy: the Store no longer writes it, but reads it from
+// items completed before results were opaque (an HTTP status, with
+// the header bytes in Header), and removes it when it completes a record.
+// Keep its name as it was while such items may still be read.
 type Attributes struct {
 	Fingerprint  string // "fingerprint" (B): the request's fingerprint
 	Token        string // "token" (B): the claim's token
@@ -55,13 +60,13 @@ type Attributes struct {
 	LeaseEnd     string // "lease_end" (N): Unix nanoseconds; in-progress records only
 	ExpiresAt    string // "expires_at" (N): Unix nanoseconds
 	TTL          string // "ttl" (N): Unix seconds, DynamoDB's TTL attribute
-	Status       string // "status" (N): the response's status code
-	Header       string // "headers" (B): idem.AppendHeader's format, gzip when HeaderCoding says so
-	Body         string // "body" (B): the response body, gzip when BodyCoding says so
+	Status       string // "status" (N): legacy only, read and never written: the HTTP status of items completed before results were opaque
+	Header       string // "headers" (B): the result's Head (in legacy items, with Status: the header bytes), gzip when HeaderCoding says so
+	Body         string // "body" (B): the result's Body, gzip when BodyCoding says so
 	BodyCoding   string // "body_coding" (S): "gzip" when Body is compressed
 	HeaderCoding string // "headers_coding" (S): "gzip" when Header is compressed
 	BodyOmitted  string // "body_omitted" (BOOL): the body was not kept
-	BodyChunks   string // "body_chunks" (N): how many chunk items hold the body (see "Large responses")
+	BodyChunks   string // "body_chunks" (N): how many chunk items hold the body (see "Large results")
 }
 
 func defaultAttributes() Attributes {
@@ -166,12 +171,14 @@ func WithAttributes(a Attributes) Option { return func(c *config) { c.attrs = a 
 // DynamoDB counts them (names and values). The default and the maximum is
 // MaxItemSize, DynamoDB's 400 KB; a smaller one keeps write costs down
 // (a completion that would be larger is compressed, then stored without
-// its body, as the package docs say). At least 8 KiB.
+// its body, as the package docs say). At least 8 KiB. The result's head
+// is always kept: one too large for the bound, even gzipped, is written
+// anyway (a head is at most 64 KiB, store.MaxHead).
 func WithMaxItemSize(n int) Option { return func(c *config) { c.maxItem = n } }
 
-// WithCompressAbove makes the Store gzip a response body larger than n
+// WithCompressAbove makes the Store gzip a result's body larger than n
 // bytes whenever that makes it smaller, to save write capacity (a write
-// costs one unit per KB). The default, 0, compresses only a response that
+// costs one unit per KB). The default, 0, compresses only a result that
 // would not fit in an item otherwise. n must not be negative.
 func WithCompressAbove(n int) Option { return func(c *config) { c.compressAt = n } }
 
@@ -179,7 +186,7 @@ func WithCompressAbove(n int) Option { return func(c *config) { c.compressAt = n
 const MaxItemSize = 400 * 1024
 
 // minItemSize bounds WithMaxItemSize from below: room for the record's
-// own attributes and some headers.
+// own attributes and a small head.
 const minItemSize = 8 * 1024
 
 func (c *config) validate() error {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // Client is what a Store sends its calls through. *dynamodb.Client
@@ -35,15 +35,16 @@ const maxClaimAttempts = 5
 // sizeReserve is what a completion's size estimate sets aside for the
 // attributes it does not know (the fingerprint) and DynamoDB's own
 // rounding; a completion that still does not fit is sent again one
-// encoding level down (see encodeResponse).
+// encoding level down (see encodeResult).
 const sizeReserve = 2048
 
-// Store is an idem.Store on one DynamoDB table. It also implements
-// idem.Getter, idem.Deleter, idem.Extender and idem.Evicter; ExactlyOnce
-// returns a view that also implements idem.TxBeginner. It implements no
-// idem.ExpiredDeleter (DynamoDB's TTL removes expired items), no
-// idem.Notifier (the engine's wait mode polls) and no idem.Clock
-// (DynamoDB tells no time: instances rely on their hosts' clocks, NTP).
+// Store is a store.Store on one DynamoDB table. It also implements
+// store.Getter, store.Deleter, store.Extender and store.Evicter;
+// ExactlyOnce returns a view that also implements store.TxBeginner. It
+// implements no store.ExpiredDeleter (DynamoDB's TTL removes expired
+// items), no store.Notifier (the engine's wait mode polls) and no
+// store.Clock (DynamoDB tells no time: instances rely on their hosts'
+// clocks, NTP).
 //
 // Every method is one request to DynamoDB: Claim a conditional PutItem
 // (two requests only on an emulator that does not return the blocking
@@ -60,15 +61,15 @@ type Store struct {
 	attrs      Attributes
 	maxItem    int
 	compressAt int
-	fixedSize  int // the size of a completed item without its response and fingerprint
+	fixedSize  int // the size of a completed item without its result and fingerprint
 }
 
 var (
-	_ idem.Store    = (*Store)(nil)
-	_ idem.Getter   = (*Store)(nil)
-	_ idem.Deleter  = (*Store)(nil)
-	_ idem.Extender = (*Store)(nil)
-	_ idem.Evicter  = (*Store)(nil)
+	_ store.Store    = (*Store)(nil)
+	_ store.Getter   = (*Store)(nil)
+	_ store.Deleter  = (*Store)(nil)
+	_ store.Extender = (*Store)(nil)
+	_ store.Evicter  = (*Store)(nil)
 )
 
 // New returns a Store that keeps its records in a table through client
@@ -99,7 +100,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 }
 
 // itemOverhead estimates the bytes of a completed item other than its
-// response's headers and body and its fingerprint's value: the names of
+// result's head and body and its fingerprint's value: the names of
 // every attribute, the keys, a 64-byte token and the numbers.
 func (s *Store) itemOverhead() int {
 	n := len(s.pk) + len(s.keyPrefix) + 32 + 64
@@ -130,23 +131,23 @@ func (s *Store) Key(scope, key string) map[string]types.AttributeValue {
 	return k
 }
 
-// Claim implements idem.Store with one conditional PutItem, which returns
+// Claim implements store.Store with one conditional PutItem, which returns
 // the item that blocked it in the same call
 // (ReturnValuesOnConditionCheckFailure ALL_OLD). Expired items that
 // DynamoDB's TTL has not removed yet are taken over like absent ones.
-func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	in, err := s.claimInput(&c)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim: %w", err)
+		return store.ClaimResult{}, fmt.Errorf("dynamostore: claim: %w", err)
 	}
 	for range maxClaimAttempts {
 		_, err := s.client.PutItem(ctx, in)
 		if err == nil {
-			return idem.ClaimResult{Acquired: true}, nil
+			return store.ClaimResult{Acquired: true}, nil
 		}
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim: %w", err)
+			return store.ClaimResult{}, fmt.Errorf("dynamostore: claim: %w", err)
 		}
 		item := ccf.Item
 		if item == nil {
@@ -155,7 +156,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 				TableName: &s.table, Key: s.Key(c.Scope, c.Key), ConsistentRead: new(true),
 			})
 			if err != nil {
-				return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim: read the blocking record: %w", err)
+				return store.ClaimResult{}, fmt.Errorf("dynamostore: claim: read the blocking record: %w", err)
 			}
 			item = out.Item
 		}
@@ -164,18 +165,18 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		}
 		rec, err := s.readRecord(ctx, s.Key(c.Scope, c.Key), item)
 		if err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim, key %q: %w", c.Key, err)
+			return store.ClaimResult{}, fmt.Errorf("dynamostore: claim, key %q: %w", c.Key, err)
 		}
 		if ccf.Item != nil || !rec.Takeable(c.Now) {
-			return idem.ClaimResult{Existing: &rec}, nil
+			return store.ClaimResult{Existing: &rec}, nil
 		}
 	}
-	return idem.ClaimResult{}, fmt.Errorf("dynamostore: claim: the record kept changing over %d attempts", maxClaimAttempts)
+	return store.ClaimResult{}, fmt.Errorf("dynamostore: claim: the record kept changing over %d attempts", maxClaimAttempts)
 }
 
 // claimInput builds the claim's PutItem: the whole new record, written
 // when claimCondition holds.
-func (s *Store) claimInput(c *idem.Claim) (*dynamodb.PutItemInput, error) {
+func (s *Store) claimInput(c *store.Claim) (*dynamodb.PutItemInput, error) {
 	now, err := nanos(c.Now)
 	if err != nil {
 		return nil, err
@@ -188,7 +189,7 @@ func (s *Store) claimInput(c *idem.Claim) (*dynamodb.PutItemInput, error) {
 	item := s.Key(c.Scope, c.Key)
 	item[a.Fingerprint] = attrB([]byte(c.Fingerprint))
 	item[a.Token] = attrB([]byte(c.Token))
-	item[a.State] = attrN(int64(idem.StateInProgress))
+	item[a.State] = attrN(int64(store.InProgress))
 	item[a.CreatedAt] = attrN(now)
 	item[a.CreatedSec] = attrN(c.Now.Unix())
 	item[a.LeaseEnd] = attrN(leaseEnd)
@@ -199,38 +200,40 @@ func (s *Store) claimInput(c *idem.Claim) (*dynamodb.PutItemInput, error) {
 		Item:                                item,
 		ConditionExpression:                 new(claimCondition),
 		ExpressionAttributeNames:            s.names("#pk", "#ex", "#st", "#le"),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": attrN(now), ":ip": attrN(int64(idem.StateInProgress))},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": attrN(now), ":ip": attrN(int64(store.InProgress))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, nil
 }
 
-// Complete implements idem.Store with one conditional UpdateItem. A
-// response that would make the item larger than DynamoDB's 400 KB (or
-// WithMaxItemSize) is stored as the package docs say ("Large
-// responses"): its body gzipped, or in chunk items written with the
-// record in one TransactWriteItems, or left out; never refused.
-func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
-	return s.complete(ctx, "complete", scope, key, token, &resp, expiresAt, nil)
+// Complete implements store.Store with one conditional UpdateItem. A
+// result that would make the item larger than DynamoDB's 400 KB (or
+// WithMaxItemSize) is stored as the package docs say ("Large results"):
+// its body gzipped, or in chunk items written with the record in one
+// TransactWriteItems, or left out; never refused. The head is always
+// kept; a result without one, which the engine never passes, is refused
+// with an error, writing nothing.
+func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
+	return s.complete(ctx, "complete", h, &c, nil)
 }
 
-// Release implements idem.Store with one conditional DeleteItem.
-func (s *Store) Release(ctx context.Context, scope, key, token string) error {
-	return s.deleteHeld(ctx, "release", scope, key, token, heldCondition, "#tok", "#st")
+// Release implements store.Store with one conditional DeleteItem.
+func (s *Store) Release(ctx context.Context, h store.Hold) error {
+	return s.deleteHeld(ctx, "release", h, heldCondition, "#tok", "#st")
 }
 
-// Evict implements idem.Evicter with one conditional DeleteItem: the
-// record goes, in progress or completed, only while it holds token.
-func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
-	return s.deleteHeld(ctx, "evict", scope, key, token, "#tok = :tok", "#tok")
+// Evict implements store.Evicter with one conditional DeleteItem: the
+// record goes, in progress or completed, only while it holds h.Token.
+func (s *Store) Evict(ctx context.Context, h store.Hold) error {
+	return s.deleteHeld(ctx, "evict", h, "#tok = :tok", "#tok")
 }
 
-func (s *Store) deleteHeld(ctx context.Context, op, scope, key, token, cond string, ph ...string) error {
-	vals := map[string]types.AttributeValue{":tok": attrB([]byte(token))}
+func (s *Store) deleteHeld(ctx context.Context, op string, h store.Hold, cond string, ph ...string) error {
+	vals := map[string]types.AttributeValue{":tok": attrB([]byte(h.Token))}
 	if strings.Contains(cond, ":ip") {
-		vals[":ip"] = attrN(int64(idem.StateInProgress))
+		vals[":ip"] = attrN(int64(store.InProgress))
 	}
 	_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: &s.table, Key: s.Key(scope, key), ConditionExpression: &cond,
+		TableName: &s.table, Key: s.Key(h.Scope, h.Key), ConditionExpression: &cond,
 		ExpressionAttributeNames: s.names(ph...), ExpressionAttributeValues: vals,
 	})
 	return s.held(op, err)
@@ -243,61 +246,61 @@ func (s *Store) held(op string, err error) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &ccf):
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	return fmt.Errorf("dynamostore: %s: %w", op, err)
 }
 
-// Extend implements idem.Extender with one conditional UpdateItem. The
+// Extend implements store.Extender with one conditional UpdateItem. The
 // item's TTL moves to leaseEnd + (leaseEnd − CreatedAt), computed by
 // DynamoDB from the item's created_s.
-func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+func (s *Store) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Time) error {
 	le, err := nanos(leaseEnd)
 	if err != nil {
 		return fmt.Errorf("dynamostore: extend: %w", err)
 	}
 	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                &s.table,
-		Key:                      s.Key(scope, key),
+		Key:                      s.Key(h.Scope, h.Key),
 		UpdateExpression:         new("SET #le = :le, #ex = :le, #ttl = :twice - #cs"),
 		ConditionExpression:      new(heldCondition),
 		ExpressionAttributeNames: s.names("#le", "#ex", "#ttl", "#cs", "#tok", "#st"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":le": attrN(le), ":twice": attrN(twiceSec(leaseEnd)),
-			":tok": attrB([]byte(token)), ":ip": attrN(int64(idem.StateInProgress)),
+			":tok": attrB([]byte(h.Token)), ":ip": attrN(int64(store.InProgress)),
 		},
 	})
 	return s.held("extend", err)
 }
 
-// Get implements idem.Getter with one strongly consistent GetItem. A
+// Get implements store.Getter with one strongly consistent GetItem. A
 // record past its ExpiresAt is reported gone, whether or not DynamoDB's
 // TTL has removed it yet.
-func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
+func (s *Store) Get(ctx context.Context, r store.Ref, now time.Time) (store.Record, bool, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: &s.table, Key: s.Key(scope, key), ConsistentRead: new(true),
+		TableName: &s.table, Key: s.Key(r.Scope, r.Key), ConsistentRead: new(true),
 	})
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("dynamostore: get: %w", err)
+		return store.Record{}, false, fmt.Errorf("dynamostore: get: %w", err)
 	}
 	if out.Item == nil {
-		return idem.Record{}, false, nil
+		return store.Record{}, false, nil
 	}
-	rec, err := s.readRecord(ctx, s.Key(scope, key), out.Item)
+	rec, err := s.readRecord(ctx, s.Key(r.Scope, r.Key), out.Item)
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("dynamostore: get, key %q: %w", key, err)
+		return store.Record{}, false, fmt.Errorf("dynamostore: get, key %q: %w", r.Key, err)
 	}
 	if !now.Before(rec.ExpiresAt) {
-		return idem.Record{}, false, nil
+		return store.Record{}, false, nil
 	}
 	return rec, true, nil
 }
 
-// Delete implements idem.Deleter with one DeleteItem. It reports whether
-// an item was there, expired or not.
-func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
+// Delete implements store.Deleter with one DeleteItem. It reports
+// whether an item was there, expired or not.
+func (s *Store) Delete(ctx context.Context, r store.Ref) (bool, error) {
 	out, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: &s.table, Key: s.Key(scope, key), ReturnValues: types.ReturnValueAllOld,
+		TableName: &s.table, Key: s.Key(r.Scope, r.Key), ReturnValues: types.ReturnValueAllOld,
 	})
 	if err != nil {
 		return false, fmt.Errorf("dynamostore: delete: %w", err)

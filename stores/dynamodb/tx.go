@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // MaxTxItems is how many writes a handler may collect for one request:
@@ -30,22 +30,22 @@ type ExactlyOnceStore struct {
 }
 
 var (
-	_ idem.Store      = (*ExactlyOnceStore)(nil)
-	_ idem.TxBeginner = (*ExactlyOnceStore)(nil)
-	_ idem.Tx         = (*txn)(nil)
+	_ store.Store      = (*ExactlyOnceStore)(nil)
+	_ store.TxBeginner = (*ExactlyOnceStore)(nil)
+	_ store.Tx         = (*txn)(nil)
 )
 
 // ExactlyOnce returns s in exactly-once mode: pass it to idem.New instead
 // of s. Both use the same table.
 func (s *Store) ExactlyOnce() *ExactlyOnceStore { return &ExactlyOnceStore{Store: s} }
 
-// BeginTx implements idem.TxBeginner. It sends nothing: the transaction
+// BeginTx implements store.TxBeginner. It sends nothing: the transaction
 // is the list of writes the handler collects, sent with the completion by
 // Commit, whose condition on the record's token decides whether the claim
 // is still held. The claim is kept alive meanwhile by the engine's
-// heartbeat, as in plain mode (the Tx is no idem.ClaimHolder).
-func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string) (idem.Tx, error) {
-	return &txn{s: s.Store, scope: scope, key: key, token: token, w: &TxWriter{}}, nil
+// heartbeat, as in plain mode (the Tx is no store.ClaimHolder).
+func (s *ExactlyOnceStore) BeginTx(ctx context.Context, h store.Hold) (store.Tx, error) {
+	return &txn{s: s.Store, hold: h, w: &TxWriter{}}, nil
 }
 
 type txKey struct{}
@@ -128,11 +128,11 @@ func (w *TxWriter) close() ([]types.TransactWriteItem, bool) {
 	return w.items, true
 }
 
-// txn is the idem.Tx an ExactlyOnceStore hands the engine.
+// txn is the store.Tx an ExactlyOnceStore hands the engine.
 type txn struct {
-	s                 *Store
-	scope, key, token string
-	w                 *TxWriter
+	s    *Store
+	hold store.Hold
+	w    *TxWriter
 }
 
 // Context returns parent carrying the transaction, for Tx.
@@ -150,16 +150,18 @@ func (t *txn) Rollback(context.Context) error {
 // Commit sends the handler's writes and the record's completion in one
 // TransactWriteItems (only the completion, as Store.Complete, when the
 // handler collected none). The completion's condition on the token makes
-// it idem.ErrLeaseLost, writing nothing, when the claim is no longer
+// it store.ErrLeaseLost, writing nothing, when the claim is no longer
 // held; a failed condition of the handler's writes returns an error
 // wrapping ErrTxConflict. The call carries a ClientRequestToken derived
-// from the claim's, so the SDK's retries of it are idempotent.
-func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt time.Time) error {
+// from the claim's, so the SDK's retries of it are idempotent. The
+// handler cannot end the transaction (it only collects writes, which
+// Commit alone sends), so c.Failed changes nothing here.
+func (t *txn) Commit(ctx context.Context, c store.Completion) error {
 	items, ok := t.w.close()
 	if !ok {
 		return errors.New("dynamostore: commit: transaction already finished")
 	}
-	return t.s.complete(ctx, "commit", t.scope, t.key, t.token, &resp, expiresAt, items)
+	return t.s.complete(ctx, "commit", t.hold, &c, items)
 }
 
 // requestToken derives the TransactWriteItems ClientRequestToken (at most
@@ -228,7 +230,7 @@ func commitError(op string, err error, n, all int) error {
 		return fmt.Errorf("dynamostore: %s: %w", op, err)
 	}
 	if code(rs[all-1]) == "ConditionalCheckFailed" {
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	for i, r := range rs[:n] {
 		if code(r) == "ConditionalCheckFailed" {

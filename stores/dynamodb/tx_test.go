@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 var quietLog = slog.New(slog.DiscardHandler)
@@ -170,7 +171,7 @@ func TestEngineExactlyOnce(t *testing.T) {
 		if resp.StatusCode != http.StatusServiceUnavailable || o.runs.Load()-runs != 2 {
 			t.Fatalf("retry: status %d, %d runs; want 503 after running again", resp.StatusCode, o.runs.Load()-runs)
 		}
-		if _, ok, err := o.store.Get(t.Context(), scope, "k-dup", time.Now()); err != nil || ok {
+		if _, ok, err := o.store.Get(t.Context(), store.Ref{Scope: scope, Key: "k-dup"}, time.Now()); err != nil || ok {
 			t.Fatalf("record left after failed commits: %v %v", ok, err)
 		}
 	})
@@ -210,14 +211,14 @@ func TestTxCommitErrors(t *testing.T) {
 	now := time.Now()
 	claim := func(key, token string) {
 		t.Helper()
-		r, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(time.Minute)})
+		r, err := s.Claim(ctx, store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(time.Minute)})
 		if err != nil || !r.Acquired {
 			t.Fatalf("claim %s: %+v %v", key, r, err)
 		}
 	}
-	begin := func(key, token string) (idem.Tx, *TxWriter) {
+	begin := func(key, token string) (store.Tx, *TxWriter) {
 		t.Helper()
-		tx, err := s.BeginTx(ctx, "s", key, token)
+		tx, err := s.BeginTx(ctx, store.Hold{Ref: store.Ref{Scope: "s", Key: key}, Token: token})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +239,7 @@ func TestTxCommitErrors(t *testing.T) {
 		}
 		return out.Item != nil
 	}
-	ok := idem.Response{Status: 200, Body: []byte("ok")}
+	ok := store.Completion{Result: store.Result{Head: []byte{1, 200, 1}, Body: []byte("ok")}, Now: now, ExpiresAt: now.Add(time.Hour)}
 
 	t.Run("full", func(t *testing.T) {
 		claim("full", "t1")
@@ -251,7 +252,7 @@ func TestTxCommitErrors(t *testing.T) {
 		if err := w.Put(put("one-too-many")); !errors.Is(err, ErrTxFull) {
 			t.Fatalf("write %d: %v, want ErrTxFull", MaxTxItems+1, err)
 		}
-		if err := tx.Commit(ctx, ok, now, now.Add(time.Hour)); err != nil {
+		if err := tx.Commit(ctx, ok); err != nil {
 			t.Fatalf("commit of %d writes: %v", MaxTxItems, err)
 		}
 		if !exists("full-0") || !exists(fmt.Sprintf("full-%d", MaxTxItems-1)) || exists("one-too-many") {
@@ -268,10 +269,10 @@ func TestTxCommitErrors(t *testing.T) {
 		if err := w.Put(put("lost-order")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Delete(ctx, "s", "lost"); err != nil {
+		if _, err := s.Delete(ctx, store.Ref{Scope: "s", Key: "lost"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := tx.Commit(ctx, ok, now, now.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+		if err := tx.Commit(ctx, ok); !errors.Is(err, store.ErrLeaseLost) {
 			t.Fatalf("commit: %v, want ErrLeaseLost", err)
 		}
 		if exists("lost-order") {
@@ -289,14 +290,14 @@ func TestTxCommitErrors(t *testing.T) {
 			Key: map[string]types.AttributeValue{"id": attrS("no-such-customer")}, ConditionExpression: aws.String("attribute_exists(id)")}); err != nil {
 			t.Fatal(err)
 		}
-		err := tx.Commit(ctx, ok, now, now.Add(time.Hour))
+		err := tx.Commit(ctx, ok)
 		if !errors.Is(err, ErrTxConflict) {
 			t.Fatalf("commit: %v, want ErrTxConflict", err)
 		}
 		if exists("check-order") {
 			t.Fatal("a write landed although the transaction's condition failed")
 		}
-		if r, _, _ := s.Get(ctx, "s", "check", now); r.State != idem.StateInProgress {
+		if r, _, _ := s.Get(ctx, store.Ref{Scope: "s", Key: "check"}, now); r.State != store.InProgress {
 			t.Fatalf("record state %v after a failed commit, want in progress (the engine releases it)", r.State)
 		}
 	})
@@ -309,12 +310,12 @@ func TestTxCommitErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		big := randomBytes(900 << 10)
-		if err := tx.Commit(ctx, idem.Response{Status: 201, Body: big}, now, now.Add(time.Hour)); err != nil {
+		if err := tx.Commit(ctx, store.Completion{Result: store.Result{Head: []byte{1, 201, 1}, Body: big}, Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
-		r, found, err := s.Get(ctx, "s", "large", now)
-		if err != nil || !found || string(r.Response.Body) != string(big) || !exists("large-order") {
-			t.Fatalf("found %v, %d bytes, err %v, order %v", found, len(r.Response.Body), err, exists("large-order"))
+		r, found, err := s.Get(ctx, store.Ref{Scope: "s", Key: "large"}, now)
+		if err != nil || !found || string(r.Result.Body) != string(big) || !exists("large-order") {
+			t.Fatalf("found %v, %d bytes, err %v, order %v", found, len(r.Result.Body), err, exists("large-order"))
 		}
 	})
 

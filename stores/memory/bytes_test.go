@@ -2,24 +2,31 @@ package memstore_test
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	memstore "github.com/idemkit/idem/stores/memory"
 )
 
-func body(n int) idem.Response {
-	return idem.Response{Status: 201, Body: bytes.Repeat([]byte("x"), n)}
+// body returns a result that counts n bytes against the budget: a head of
+// one byte and n-1 bytes of body.
+func body(n int) store.Result {
+	return store.Result{Head: []byte{1}, Body: bytes.Repeat([]byte("x"), n-1)}
 }
 
-func complete(t *testing.T, s *memstore.Store, key string, resp idem.Response, now time.Time, retention time.Duration) {
+func complete(t *testing.T, s *memstore.Store, key string, res store.Result, now time.Time, retention time.Duration) {
 	t.Helper()
 	mustAcquire(t, s, claim(key, now, time.Minute))
-	if err := s.Complete(t.Context(), scope, key, "token-"+key, resp, now, now.Add(retention)); err != nil {
+	if err := s.Complete(t.Context(), hold(key, "token-"+key), done(res, now, now.Add(retention))); err != nil {
 		t.Fatalf("Complete(%q): %v", key, err)
 	}
 }
@@ -64,21 +71,28 @@ func TestByteBudget(t *testing.T) {
 			t.Errorf("Len %d: want the 50 claims and b", s.Len())
 		}
 	})
-	t.Run("a response larger than the budget is stored without its body", func(t *testing.T) {
+	t.Run("a result larger than the budget is stored without its body", func(t *testing.T) {
 		s := memstore.New(memstore.WithMaxBytes(1000), memstore.WithSweepInterval(0))
 		complete(t, s, "small", body(500), now, time.Hour)
-		big := body(5000)
-		big.Header = http.Header{"Content-Type": {"text/plain"}, "Content-Encoding": {"gzip"}, "Etag": {`"v1"`}}
+		head := []byte("\x01\xc9\x01 opaque head \x00\xff")
+		big := store.Result{Head: head, Body: bytes.Repeat([]byte("y"), 5000)}
 		complete(t, s, "big", big, now, time.Hour)
-		rec, ok, _ := s.Get(t.Context(), scope, "big", now)
-		if !ok || !rec.Response.BodyOmitted || len(rec.Response.Body) != 0 || rec.Response.Status != 201 {
-			t.Fatalf("big: %+v", rec.Response)
+		rec, ok, _ := s.Get(t.Context(), ref("big"), now)
+		if !ok || !rec.Result.BodyOmitted || len(rec.Result.Body) != 0 || !bytes.Equal(rec.Result.Head, head) {
+			t.Fatalf("big: %+v, want its head kept, no body, BodyOmitted", rec.Result)
 		}
-		if h := rec.Response.Header; h.Get("Content-Type") != "text/plain" || h.Get("Content-Encoding") != "" || h.Get("Etag") != "" {
-			t.Errorf("big's headers %v: want those that describe the body gone", h)
+		if s.Bytes() != int64(500+len(head)) {
+			t.Errorf("Bytes %d, want the small record's 500 and the big one's head", s.Bytes())
 		}
 		if !present(t, s, "small") {
-			t.Error("an oversize response evicted what fits")
+			t.Error("an oversize result evicted what fits")
+		}
+		// The head alone over the budget is kept too: the store keeps
+		// every Head.
+		tiny := memstore.New(memstore.WithMaxBytes(4), memstore.WithSweepInterval(0))
+		complete(t, tiny, "head", store.Result{Head: head, Body: []byte("b")}, now, time.Hour)
+		if rec, ok, _ := tiny.Get(t.Context(), ref("head"), now); !ok || !bytes.Equal(rec.Result.Head, head) || !rec.Result.BodyOmitted {
+			t.Errorf("a head over the whole budget: %+v, want it kept without the body", rec.Result)
 		}
 	})
 	t.Run("every way out gives the bytes back", func(t *testing.T) {
@@ -86,7 +100,7 @@ func TestByteBudget(t *testing.T) {
 		complete(t, s, "deleted", body(100), now, time.Hour)
 		complete(t, s, "expired", body(200), now, 2*time.Hour)
 		complete(t, s, "taken", body(300), now, 2*time.Hour)
-		s.Delete(t.Context(), scope, "deleted")
+		s.Delete(t.Context(), ref("deleted"))
 		if n, _ := s.DeleteExpired(t.Context(), now.Add(2*time.Hour).Add(-time.Nanosecond)); n != 0 {
 			t.Fatalf("DeleteExpired removed %d before expiry", n)
 		}
@@ -98,10 +112,9 @@ func TestByteBudget(t *testing.T) {
 		if s.Bytes() != 0 {
 			t.Errorf("Bytes %d, want 0", s.Bytes())
 		}
-		h := idem.Response{Status: 200, Header: http.Header{"X-A": {"12345"}}}
-		complete(t, s, "header", h, now, time.Hour)
-		if s.Bytes() != int64(len("X-A")+5) {
-			t.Errorf("Bytes %d, want the header's 8", s.Bytes())
+		complete(t, s, "head", store.Result{Head: []byte("12345678")}, now, time.Hour)
+		if s.Bytes() != 8 {
+			t.Errorf("Bytes %d, want the head's 8", s.Bytes())
 		}
 	})
 	t.Run("no limit", func(t *testing.T) {
@@ -121,19 +134,19 @@ func TestByteBudget(t *testing.T) {
 // by examples/e2e (TestMemoryFlood).
 func TestByteBudgetFlood(t *testing.T) {
 	s := memstore.New(memstore.WithSweepInterval(0))
-	resp := body(64 << 10)
-	resp.Header = http.Header{"Content-Type": {"application/json"}}
+	res := body(64 << 10)
+	res.Head = []byte("\x01\xc8\x01\x01\x01\x0cContent-Type\x01\x10application/json")
 	now := time.Unix(1_800_000_000, 0)
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for i := range 120_000 {
 		k := strconv.Itoa(i)
-		c := idem.Claim{Scope: scope, Key: k, Fingerprint: "fp", Token: "t", Now: now, LeaseEnd: now.Add(time.Minute)}
+		c := store.Claim{Scope: scope, Key: k, Fingerprint: "fp", Token: "t", Now: now, LeaseEnd: now.Add(time.Minute)}
 		if _, err := s.Claim(t.Context(), c); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Complete(t.Context(), scope, k, "t", resp, now, now.Add(time.Hour)); err != nil {
+		if err := s.Complete(t.Context(), c.Hold(), done(res, now, now.Add(time.Hour))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -150,4 +163,57 @@ func TestByteBudgetFlood(t *testing.T) {
 		t.Errorf("heap grew %d MiB, over the %d MiB budget plus %d MiB", grown>>20, memstore.DefaultMaxBytes>>20, overhead>>20)
 	}
 	runtime.KeepAlive(s)
+}
+
+// TestByteBudgetThroughEngine: a response over the byte budget replays,
+// through the engine, with its status and the headers that do not describe
+// the body, marked as omitted; what fits replays in full.
+func TestByteBudgetThroughEngine(t *testing.T) {
+	s := memstore.New(memstore.WithMaxBytes(1000), memstore.WithSweepInterval(0))
+	e, err := idem.New(s, idem.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		b, _ := io.ReadAll(r.Body)
+		n, _ := strconv.Atoi(string(b))
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Encoding", "identity")
+		w.Header().Set("Etag", `"v1"`)
+		w.Header().Set("X-Kept", "yes")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(bytes.Repeat([]byte("z"), n))
+	}))
+	post := func(key, n string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/orders", strings.NewReader(n))
+		r.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := post("big", "5000"); w.Code != 201 || w.Body.Len() != 5000 {
+		t.Fatalf("first big request: %d, %d bytes; want 201 and the whole body", w.Code, w.Body.Len())
+	}
+	w := post("big", "5000")
+	if w.Code != 201 || w.Body.Len() != 0 || w.Header().Get(idem.HeaderBodyOmitted) != "true" ||
+		w.Header().Get("Idempotent-Replayed") != "true" || w.Header().Get("X-Kept") != "yes" ||
+		w.Header().Get("Content-Type") != "text/plain" {
+		t.Errorf("replay of a response over the budget: %d, %d bytes, %v; want 201 without its body, %s, X-Kept and Content-Type kept",
+			w.Code, w.Body.Len(), w.Header(), idem.HeaderBodyOmitted)
+	}
+	if w.Header().Get("Content-Encoding") != "" || w.Header().Get("Etag") != "" {
+		// The store keeps the Head as the engine encoded it, with the
+		// body's headers; the engine drops them when it decodes a result
+		// whose body a store omitted (as WithoutBody does).
+		t.Errorf("the replay of a body the store omitted carries the body's own headers: %v", w.Header())
+	}
+	post("small", "10")
+	if w := post("small", "10"); w.Code != 201 || w.Body.String() != "zzzzzzzzzz" || w.Header().Get("Etag") != `"v1"` {
+		t.Errorf("replay of a response that fits: %d %q %v", w.Code, w.Body, w.Header())
+	}
+	if runs != 2 {
+		t.Errorf("the handler ran %d times, want 2", runs)
+	}
 }

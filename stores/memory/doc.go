@@ -1,4 +1,4 @@
-// Package memstore is an in-memory [idem.Store] for a single process: tests,
+// Package memstore is an in-memory [store.Store] for a single process: tests,
 // development, and services that run one replica.
 //
 // Records live in a map guarded by one mutex, with two min-heaps on
@@ -12,7 +12,7 @@
 // # Size limits
 //
 // A store holds at most [DefaultMaxEntries] records ([WithMaxEntries]) and
-// [DefaultMaxBytes] of response bodies and headers ([WithMaxBytes]), so
+// [DefaultMaxBytes] of results, heads and bodies ([WithMaxBytes]), so
 // 100,000 responses of 1 MiB cannot take 100 GiB. When a claim on a new key
 // would pass the first, or a completion the second, the store makes room
 // by evicting, with expiry judged at the caller's now:
@@ -28,10 +28,10 @@
 // a live in-progress claim, Claim returns [ErrFull], which the engine
 // answers with 503 Service Unavailable (unless it fails open): the process
 // has more requests in flight than the store may hold. Evicting a record
-// wakes its watchers, as deleting it does. A response larger than the whole
-// byte budget is stored without its body (its status and headers are
-// replayed, marked Idempotent-Body-Omitted), rather than evicting
-// everything.
+// wakes its watchers, as deleting it does. A result larger than the whole
+// byte budget is stored without its body (its Head is kept and
+// BodyOmitted set: the engine replays the status and headers, marked
+// Idempotent-Body-Omitted), rather than evicting everything.
 //
 // The budget counts what the store keeps, not what the process uses: Go's
 // collector lets the heap grow to about twice the live data (GOGC=100).
@@ -46,17 +46,18 @@
 // eviction picks it, [Store.DeleteExpired] runs, or the background sweeper
 // (see [WithSweepInterval]) removes it by the store's clock ([WithClock]).
 //
-// The store implements [idem.Getter], [idem.Deleter], [idem.ExpiredDeleter],
-// [idem.Extender] and [idem.Notifier]. It does not implement
-// [idem.TxBeginner]: there is no transaction to join.
+// The store implements [store.Getter], [store.Deleter],
+// [store.ExpiredDeleter], [store.Extender], [store.Evicter] and
+// [store.Notifier]. It does not implement [store.TxBeginner]: there is no
+// transaction to join.
 //
-// # Shared responses
+// # Shared results
 //
-// Complete keeps a copy of the response body and the header map it is handed
-// (the engine never modifies that map afterwards). Every Record the store
-// hands out afterwards (as ClaimResult.Existing or from Get) is a fresh copy
-// of the record, but its Response field points to the one stored Response,
-// which is never changed again. Callers must treat the Response, its Header
-// and its Body as read-only; the idem engine does. This keeps a replay to
-// one allocation however large the body is.
+// Complete keeps a copy of the Result's Head and Body it is handed: the
+// caller reuses that memory once Complete returns. Every
+// Record the store hands out afterwards (as ClaimResult.Existing or from
+// Get) is a fresh copy of the record, but its Result's Head and Body share
+// the one stored copy, which is never changed again. Callers must treat
+// them as read-only; the idem engine does. This keeps a replay to one
+// allocation however large the body is.
 package memstore

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/conformance"
+	"github.com/idemkit/idem/core/store"
 	memstore "github.com/idemkit/idem/stores/memory"
 )
 
@@ -14,18 +15,12 @@ func TestEncryption(t *testing.T) {
 	s := memstore.New()
 	t.Cleanup(func() { s.Close() })
 	conformance.RunEncryption(t, s, func(t *testing.T, scope, key string) []byte {
-		rec, ok, err := s.Get(t.Context(), scope, key, time.Now())
+		rec, ok, err := s.Get(t.Context(), store.Ref{Scope: scope, Key: key}, time.Now())
 		if err != nil || !ok {
 			t.Fatalf("Get: %v %v", ok, err)
 		}
-		b := []byte(rec.Fingerprint)
-		for k, vs := range rec.Response.Header {
-			b = append(b, k...)
-			for _, v := range vs {
-				b = append(b, v...)
-			}
-		}
-		return append(b, rec.Response.Body...)
+		b := append([]byte(rec.Fingerprint), rec.Result.Head...)
+		return append(b, rec.Result.Body...)
 	})
 }
 

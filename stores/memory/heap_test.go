@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // TestHeapInvariant runs random pushes, fixes and removals on both kinds
@@ -23,7 +23,7 @@ func TestHeapInvariant(t *testing.T) {
 		for step := range 5000 {
 			switch op := r.IntN(3); {
 			case op == 0 || len(h.es) == 0:
-				e := &entry{Record: idem.Record{}}
+				e := &entry{Record: store.Record{}}
 				set(e)
 				h.push(e)
 			case op == 1:

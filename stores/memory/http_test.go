@@ -6,10 +6,11 @@ import (
 
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	memstore "github.com/idemkit/idem/stores/memory"
 )
 
-func newStore(t *testing.T) idem.Store {
+func newStore(t *testing.T) store.Store {
 	s := memstore.New()
 	t.Cleanup(func() { s.Close() })
 	return s

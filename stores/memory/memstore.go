@@ -1,13 +1,14 @@
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
 	"time"
 	"weak"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // Defaults for the options.
@@ -15,8 +16,8 @@ const (
 	// DefaultMaxEntries is the number of records a Store holds before a
 	// claim on a new key must evict one (see [WithMaxEntries]).
 	DefaultMaxEntries = 100_000
-	// DefaultMaxBytes is the memory the stored responses' bodies and
-	// headers may take before a completion must evict (see [WithMaxBytes]).
+	// DefaultMaxBytes is the memory the stored results (their heads and
+	// bodies) may take before a completion must evict (see [WithMaxBytes]).
 	DefaultMaxBytes = 256 << 20
 	// DefaultSweepInterval is how often a Store removes expired records in
 	// the background.
@@ -37,13 +38,13 @@ const sweepBatch = 1024
 var ErrFull = errors.New("memstore: full: every entry is a request in progress")
 
 var (
-	_ idem.Store          = (*Store)(nil)
-	_ idem.Getter         = (*Store)(nil)
-	_ idem.Deleter        = (*Store)(nil)
-	_ idem.ExpiredDeleter = (*Store)(nil)
-	_ idem.Extender       = (*Store)(nil)
-	_ idem.Evicter        = (*Store)(nil)
-	_ idem.Notifier       = (*Store)(nil)
+	_ store.Store          = (*Store)(nil)
+	_ store.Getter         = (*Store)(nil)
+	_ store.Deleter        = (*Store)(nil)
+	_ store.ExpiredDeleter = (*Store)(nil)
+	_ store.Extender       = (*Store)(nil)
+	_ store.Evicter        = (*Store)(nil)
+	_ store.Notifier       = (*Store)(nil)
 )
 
 // An Option configures a Store.
@@ -76,13 +77,13 @@ func WithMaxEntries(n int) Option {
 	return func(c *config) { c.maxEntries = n }
 }
 
-// WithMaxBytes sets how many bytes of response bodies and headers the store
+// WithMaxBytes sets how many bytes of results (heads and bodies) the store
 // keeps at most; the default is [DefaultMaxBytes]. A value of zero or less
 // removes the limit. A completion that would pass it first evicts, in the
 // order of [WithMaxEntries] (expired records, then the completed records
-// closest to expiry, never a live claim); a response larger than the whole
-// budget is stored without its body, as the engine stores one over its
-// response cap (idem.Response.WithoutBody).
+// closest to expiry, never a live claim); a result larger than the whole
+// budget is stored without its body (store.Result.BodyOmitted, its Head
+// kept), as the engine stores one over its response cap.
 func WithMaxBytes(n int64) Option {
 	return func(c *config) { c.maxBytes = n }
 }
@@ -115,7 +116,7 @@ func WithClock(now func() time.Time) Option {
 // WithSweepInterval(0)).
 type Store struct {
 	mu      sync.Mutex
-	entries map[recordKey]*entry
+	entries map[store.Ref]*entry
 	// Every entry is in exactly one of running and done, chosen by its
 	// state: running holds the in-progress claims, ordered by lease end
 	// (their ExpiresAt), and done the completed records, ordered by
@@ -125,9 +126,9 @@ type Store struct {
 	running   expiryHeap
 	done      expiryHeap
 	lingering expiryHeap
-	waiters   map[recordKey][]chan struct{}
+	waiters   map[store.Ref][]chan struct{}
 	max       int
-	// bytes is what the completed records' responses take (entry.size
+	// bytes is what the completed records' results take (entry.size
 	// summed), bounded by maxBytes.
 	bytes, maxBytes int64
 
@@ -138,33 +139,29 @@ type Store struct {
 	closed    chan struct{} // closed by Close; nil when sweeping is disabled
 }
 
-type recordKey struct {
-	scope, key string
-}
-
 // entry is one stored record. Strings are shared with the callers that
 // provided them, which is safe since strings are immutable.
 type entry struct {
-	idem.Record // its Response is immutable once set
-	k           recordKey
-	token       string    // the claim's token, kept once completed (Evict)
-	gone        time.Time // when the store may remove it (the heaps' order)
-	index       int       // position in the heap of its state (Store.heapOf)
-	gindex      int       // position in lingering, when in progress
-	size        int64     // responseSize of the Response, counted in Store.bytes
+	store.Record // its Result's bytes are the store's own, never changed once set
+	k            store.Ref
+	token        string    // the claim's token, kept once completed (Evict)
+	gone         time.Time // when the store may remove it (the heaps' order)
+	index        int       // position in the heap of its state (Store.heapOf)
+	gindex       int       // position in lingering, when in progress
+	size         int64     // resultSize of the Result, counted in Store.bytes
 }
 
 // holds reports whether the entry is an in-progress claim with token.
 func (e *entry) holds(token string) bool {
-	return e.State == idem.StateInProgress && e.token == token
+	return e.State == store.InProgress && e.token == token
 }
 
 // setGone sets when the record may be removed: a completed record at its
 // expiry; an in-progress one as long again as its lease has lasted after
-// its lease end, so a late Complete still finds it (see idem.Store).
+// its lease end, so a late Complete still finds it (see store.Store).
 func (e *entry) setGone() {
 	e.gone = e.ExpiresAt
-	if e.State == idem.StateInProgress {
+	if e.State == store.InProgress {
 		e.gone = e.LeaseEnd.Add(e.LeaseEnd.Sub(e.CreatedAt))
 	}
 }
@@ -182,9 +179,9 @@ func New(opts ...Option) *Store {
 		cfg.clock = time.Now
 	}
 	s := &Store{
-		entries:   make(map[recordKey]*entry),
+		entries:   make(map[store.Ref]*entry),
 		lingering: expiryHeap{byGone: true},
-		waiters:   make(map[recordKey][]chan struct{}),
+		waiters:   make(map[store.Ref][]chan struct{}),
 		max:       cfg.maxEntries,
 		maxBytes:  cfg.maxBytes,
 	}
@@ -198,8 +195,8 @@ func New(opts ...Option) *Store {
 // init makes the maps of a zero Store, on its first write; s.mu is held.
 func (s *Store) init() {
 	if s.entries == nil {
-		s.entries = make(map[recordKey]*entry)
-		s.waiters = make(map[recordKey][]chan struct{})
+		s.entries = make(map[store.Ref]*entry)
+		s.waiters = make(map[store.Ref][]chan struct{})
 		s.lingering.byGone = true
 	}
 }
@@ -311,8 +308,8 @@ func (s *Store) Len() int {
 	return len(s.entries)
 }
 
-// Bytes returns what the stored responses' bodies and headers take, the
-// figure [WithMaxBytes] bounds.
+// Bytes returns what the stored results' heads and bodies take, the figure
+// [WithMaxBytes] bounds.
 func (s *Store) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -321,27 +318,27 @@ func (s *Store) Bytes() int64 {
 
 // Claim takes (c.Scope, c.Key) when there is no record, when the record has
 // expired at c.Now, or when it is an in-progress claim whose lease has ended
-// at c.Now; otherwise it returns a copy of the record as Existing. See
-// [idem.Store]. When the store is full, a claim on a new key first evicts
-// an expired record or else the completed record closest to expiry, and
-// returns [ErrFull] when every record is a live in-progress claim (see
-// [WithMaxEntries]).
-func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+// at c.Now; otherwise it returns a copy of the record as Existing, whose
+// Result shares the store's bytes (read-only). See [store.Store]. When the
+// store is full, a claim on a new key first evicts an expired record or
+// else the completed record closest to expiry, and returns [ErrFull] when
+// every record is a live in-progress claim (see [WithMaxEntries]).
+func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
-	k := recordKey{c.Scope, c.Key}
+	k := c.Ref()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.entries[k]; ok {
 		if !e.Takeable(c.Now) {
 			rec := e.Record
-			return idem.ClaimResult{Existing: &rec}, nil
+			return store.ClaimResult{Existing: &rec}, nil
 		}
 		// Take over the expired record or abandoned claim in place. Its
 		// waiters stay: they wait for this key to settle, and the new
 		// claim's completion or release wakes them.
-		wasRunning := e.State == idem.StateInProgress
+		wasRunning := e.State == store.InProgress
 		if !wasRunning {
 			s.done.remove(e)
 			s.bytes -= e.size
@@ -349,8 +346,8 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		}
 		e.Fingerprint = c.Fingerprint
 		e.token = c.Token
-		e.State = idem.StateInProgress
-		e.Response = nil
+		e.State = store.InProgress
+		e.Result = store.Result{}
 		e.CreatedAt = c.Now
 		e.LeaseEnd = c.LeaseEnd
 		e.ExpiresAt = c.LeaseEnd
@@ -362,19 +359,19 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 			s.running.push(e)
 			s.lingering.push(e)
 		}
-		return idem.ClaimResult{Acquired: true}, nil
+		return store.ClaimResult{Acquired: true}, nil
 	}
 	for s.max > 0 && len(s.entries) >= s.max {
 		v := s.victim(c.Now)
 		if v == nil {
-			return idem.ClaimResult{}, ErrFull
+			return store.ClaimResult{}, ErrFull
 		}
 		s.remove(v)
 	}
 	e := &entry{
-		Record: idem.Record{
+		Record: store.Record{
 			Fingerprint: c.Fingerprint,
-			State:       idem.StateInProgress,
+			State:       store.InProgress,
 			CreatedAt:   c.Now,
 			LeaseEnd:    c.LeaseEnd,
 			ExpiresAt:   c.LeaseEnd,
@@ -387,35 +384,37 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 	s.entries[k] = e
 	s.running.push(e)
 	s.lingering.push(e)
-	return idem.ClaimResult{Acquired: true}, nil
+	return store.ClaimResult{Acquired: true}, nil
 }
 
-// Complete stores a copy of resp (body and headers: the record is a
-// snapshot the store owns) for the claim that holds token, replayable
-// until expiresAt. It returns [idem.ErrLeaseLost] unless the record is in
-// progress and holds token; a claim whose lease ended without a takeover
-// still holds it. See [idem.Store]. From then on the record may be evicted
-// to make room (see [WithMaxEntries]).
-func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
+// Complete stores a copy of c.Result (its Head and Body: the record is a
+// snapshot the store owns, and the caller reuses that memory) for the claim
+// h, replayable until c.ExpiresAt. A result larger than the whole byte
+// budget is kept without its Body, with BodyOmitted set (see
+// [WithMaxBytes]). It returns [store.ErrLeaseLost] unless the record is in
+// progress and holds h.Token; a claim whose lease ended without a takeover
+// still holds it. See [store.Store]. From then on the record may be
+// evicted to make room (see [WithMaxEntries]).
+func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if s.maxBytes > 0 && responseSize(&resp) > s.maxBytes {
-		resp = resp.WithoutBody()
+	res := c.Result
+	if s.maxBytes > 0 && resultSize(&res) > s.maxBytes {
+		res.Body, res.BodyOmitted = nil, true
 	}
-	stored := storedResponse(&resp) // outside the lock: it may copy a large body
-	size := responseSize(stored)
-	k := recordKey{scope, key}
+	stored := storedResult(&res) // outside the lock: it may copy a large body
+	size := resultSize(&stored)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[k]
-	if !ok || !e.holds(token) {
-		return idem.ErrLeaseLost
+	e, ok := s.entries[h.Ref]
+	if !ok || !e.holds(h.Token) {
+		return store.ErrLeaseLost
 	}
 	for s.maxBytes > 0 && s.bytes+size > s.maxBytes {
 		// Only completed records hold bytes, and e is a live claim, so
 		// this ends with room.
-		v := s.victim(now)
+		v := s.victim(c.Now)
 		if v == nil {
 			break
 		}
@@ -425,58 +424,59 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 	s.lingering.remove(e)
 	e.size = size
 	s.bytes += size
-	e.State = idem.StateCompleted
-	e.Response = stored
+	e.State = store.Completed
+	e.Result = stored
 	e.LeaseEnd = time.Time{}
-	e.ExpiresAt = expiresAt
+	e.ExpiresAt = c.ExpiresAt
 	e.setGone()
 	s.done.push(e)
-	s.notify(k)
+	s.notify(h.Ref)
 	return nil
 }
 
-// Release deletes the in-progress record that holds token. It returns
-// [idem.ErrLeaseLost] when there is no such record: the key has no record,
-// another claim holds it, or it is completed. See [idem.Store].
-func (s *Store) Release(ctx context.Context, scope, key, token string) error {
+// Release deletes the in-progress record h holds. It returns
+// [store.ErrLeaseLost] when there is no such record: the key has no
+// record, another claim holds it, or it is completed. See [store.Store].
+func (s *Store) Release(ctx context.Context, h store.Hold) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[recordKey{scope, key}]
-	if !ok || !e.holds(token) {
-		return idem.ErrLeaseLost
+	e, ok := s.entries[h.Ref]
+	if !ok || !e.holds(h.Token) {
+		return store.ErrLeaseLost
 	}
 	s.remove(e)
 	return nil
 }
 
-// Get returns a copy of the record for (scope, key), or false when there is
-// none or it has expired at now. It implements [idem.Getter].
-func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
+// Get returns a copy of the record r names, or false when there is none or
+// it has expired at now. Its Result shares the store's bytes (read-only).
+// It implements [store.Getter].
+func (s *Store) Get(ctx context.Context, r store.Ref, now time.Time) (store.Record, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.Record{}, false, err
+		return store.Record{}, false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[recordKey{scope, key}]
+	e, ok := s.entries[r]
 	if !ok || !now.Before(e.ExpiresAt) {
-		return idem.Record{}, false, nil
+		return store.Record{}, false, nil
 	}
 	return e.Record, true, nil
 }
 
-// Delete removes the record for (scope, key) whatever its state, and
-// reports whether there was one, expired or not. Watchers of the key are
-// woken. It implements [idem.Deleter].
-func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
+// Delete removes the record r names whatever its state, and reports
+// whether there was one, expired or not. Watchers of the key are woken. It
+// implements [store.Deleter].
+func (s *Store) Delete(ctx context.Context, r store.Ref) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[recordKey{scope, key}]
+	e, ok := s.entries[r]
 	if ok {
 		s.remove(e)
 	}
@@ -486,7 +486,7 @@ func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
 // DeleteExpired removes every record that has expired at now (completed
 // records and abandoned claims) and returns how many it removed; their
 // watchers are woken. The background sweeper does the same with the
-// store's clock (see [WithClock]). It implements [idem.ExpiredDeleter].
+// store's clock (see [WithClock]). It implements [store.ExpiredDeleter].
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -495,18 +495,18 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time) (int, error) {
 }
 
 // Extend moves the lease end (and with it ExpiresAt) of the in-progress
-// claim that holds token to leaseEnd. It returns [idem.ErrLeaseLost] unless
-// the record is in progress and holds token; a claim whose lease ended
-// without a takeover still holds it. It implements [idem.Extender].
-func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+// claim h to leaseEnd. It returns [store.ErrLeaseLost] unless the record
+// is in progress and holds h.Token; a claim whose lease ended without a
+// takeover still holds it. It implements [store.Extender].
+func (s *Store) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[recordKey{scope, key}]
-	if !ok || !e.holds(token) {
-		return idem.ErrLeaseLost
+	e, ok := s.entries[h.Ref]
+	if !ok || !e.holds(h.Token) {
+		return store.ErrLeaseLost
 	}
 	e.LeaseEnd = leaseEnd
 	e.ExpiresAt = leaseEnd
@@ -516,43 +516,42 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 	return nil
 }
 
-// Evict deletes the record for (scope, key), in progress or completed,
-// while it holds token, and wakes its watchers. It returns
-// [idem.ErrLeaseLost], changing nothing, when another claim holds the key
-// or there is no record. It implements [idem.Evicter].
-func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
+// Evict deletes the record h names, in progress or completed, while it
+// holds h.Token, and wakes its watchers. It returns [store.ErrLeaseLost],
+// changing nothing, when another claim holds the key or there is no
+// record. It implements [store.Evicter].
+func (s *Store) Evict(ctx context.Context, h store.Hold) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[recordKey{scope, key}]
-	if !ok || e.token != token {
-		return idem.ErrLeaseLost
+	e, ok := s.entries[h.Ref]
+	if !ok || e.token != h.Token {
+		return store.ErrLeaseLost
 	}
 	s.remove(e)
 	return nil
 }
 
-// Watch returns a channel that is closed once the record for (scope, key)
-// is completed, released or removed (deleted, evicted, or swept after it
+// Watch returns a channel that is closed once the record r names is
+// completed, released or removed (deleted, evicted, or swept after it
 // expired). The key need not have a record yet. stop forgets the watch; it
 // is idempotent, and the channel is never closed after stop returns unless
-// it already was. It implements [idem.Notifier].
-func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
+// it already was. It implements [store.Notifier].
+func (s *Store) Watch(ctx context.Context, r store.Ref) (<-chan struct{}, func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	k := recordKey{scope, key}
 	ch := make(chan struct{})
 	s.mu.Lock()
 	s.init()
-	s.waiters[k] = append(s.waiters[k], ch)
+	s.waiters[r] = append(s.waiters[r], ch)
 	s.mu.Unlock()
 	stop := func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		list := s.waiters[k]
+		list := s.waiters[r]
 		for i, w := range list {
 			if w == ch {
 				list[i] = list[len(list)-1]
@@ -562,9 +561,9 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 			}
 		}
 		if len(list) == 0 {
-			delete(s.waiters, k)
+			delete(s.waiters, r)
 		} else {
-			s.waiters[k] = list
+			s.waiters[r] = list
 		}
 	}
 	return ch, stop, nil
@@ -576,7 +575,7 @@ func (s *Store) remove(e *entry) {
 	delete(s.entries, e.k)
 	s.bytes -= e.size
 	s.heapOf(e).remove(e)
-	if e.State == idem.StateInProgress {
+	if e.State == store.InProgress {
 		s.lingering.remove(e)
 	}
 	s.notify(e.k)
@@ -584,14 +583,14 @@ func (s *Store) remove(e *entry) {
 
 // heapOf returns the heap that holds e, which its state decides.
 func (s *Store) heapOf(e *entry) *expiryHeap {
-	if e.State == idem.StateInProgress {
+	if e.State == store.InProgress {
 		return &s.running
 	}
 	return &s.done
 }
 
 // notify closes and forgets every watcher of k. s.mu must be held.
-func (s *Store) notify(k recordKey) {
+func (s *Store) notify(k store.Ref) {
 	if len(s.waiters) == 0 {
 		return
 	}
@@ -605,26 +604,21 @@ func (s *Store) notify(k recordKey) {
 	}
 }
 
-// storedResponse returns the response Complete keeps: a copy of r with its
-// own body and its own header map, so that nothing the caller does to r
-// afterwards (a handler that kept its header map, say) reaches a replay.
-func storedResponse(r *idem.Response) *idem.Response {
-	c := &idem.Response{Status: r.Status, Header: r.Header.Clone(), BodyOmitted: r.BodyOmitted}
+// storedResult returns the result Complete keeps: a copy of r's Head and
+// Body of the store's own, so that nothing the caller does to that memory
+// afterwards reaches a replay. An empty Body is kept as nil. Head and Body
+// are two allocations: in one, a body of a whole number of pages (64 KiB)
+// would take a page more for its few head bytes.
+func storedResult(r *store.Result) store.Result {
+	c := store.Result{Head: bytes.Clone(r.Head), BodyOmitted: r.BodyOmitted}
 	if len(r.Body) > 0 {
-		c.Body = append([]byte(nil), r.Body...)
+		c.Body = bytes.Clone(r.Body)
 	}
 	return c
 }
 
-// responseSize is what r counts against the byte budget: its body and
-// header bytes.
-func responseSize(r *idem.Response) int64 {
-	n := int64(len(r.Body))
-	for k, vs := range r.Header {
-		n += int64(len(k))
-		for _, v := range vs {
-			n += int64(len(v))
-		}
-	}
-	return n
+// resultSize is what r counts against the byte budget: its head and body
+// bytes.
+func resultSize(r *store.Result) int64 {
+	return int64(len(r.Head)) + int64(len(r.Body))
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // checkStore checks that every entry is in the map and in the heap of its
@@ -34,16 +34,16 @@ func checkStore(t *testing.T, s *Store, step int) {
 				t.Fatalf("step %d: %s[%d] has position %d", step, name, i, *h.pos(e))
 			}
 			if s.entries[e.k] != e {
-				t.Fatalf("step %d: %s[%d] (%q) is not the map's entry", step, name, i, e.k.key)
+				t.Fatalf("step %d: %s[%d] (%q) is not the map's entry", step, name, i, e.k.Key)
 			}
 			if got := s.heapOf(e); name != "lingering" && (len(got.es) <= i || got.es[i] != e) {
-				t.Fatalf("step %d: %q (state %v) is in the %s heap", step, e.k.key, e.State, name)
+				t.Fatalf("step %d: %q (state %v) is in the %s heap", step, e.k.Key, e.State, name)
 			}
-			if name == "lingering" && e.State != idem.StateInProgress {
-				t.Fatalf("step %d: completed %q is in lingering", step, e.k.key)
+			if name == "lingering" && e.State != store.InProgress {
+				t.Fatalf("step %d: completed %q is in lingering", step, e.k.Key)
 			}
-			if e.State == idem.StateInProgress && !e.ExpiresAt.Equal(e.LeaseEnd) {
-				t.Fatalf("step %d: in-progress %q expires at %v, its lease ends at %v", step, e.k.key, e.ExpiresAt, e.LeaseEnd)
+			if e.State == store.InProgress && !e.ExpiresAt.Equal(e.LeaseEnd) {
+				t.Fatalf("step %d: in-progress %q expires at %v, its lease ends at %v", step, e.k.Key, e.ExpiresAt, e.LeaseEnd)
 			}
 			if i > 0 && h.less(i, (i-1)/2) {
 				t.Fatalf("step %d: %s[%d] comes before its parent", step, name, i)
@@ -53,14 +53,19 @@ func checkStore(t *testing.T, s *Store, step int) {
 }
 
 // snapshot copies the store's entries.
-func snapshot(s *Store) map[recordKey]entry {
+func snapshot(s *Store) map[store.Ref]entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := make(map[recordKey]entry, len(s.entries))
+	m := make(map[store.Ref]entry, len(s.entries))
 	for k, e := range s.entries {
 		m[k] = *e
 	}
 	return m
+}
+
+// hold names the claim of key in scope "s" with token.
+func hold(key, token string) store.Hold {
+	return store.Hold{Ref: store.Ref{Scope: "s", Key: key}, Token: token}
 }
 
 // randomMax is the size limit of the store TestRandomOperations drives.
@@ -91,21 +96,22 @@ func TestRandomOperations(t *testing.T) {
 		case op < 4:
 			before := snapshot(s)
 			token := "t" + strconv.Itoa(step)
-			res, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(minutes(1, 5))})
+			res, err := s.Claim(ctx, store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(minutes(1, 5))})
 			after := snapshot(s)
 			if res.Acquired {
 				tokens[key] = token
 			}
 			checkClaim(t, step, key, now, before, after, res, err)
 		case op < 6:
-			_ = s.Complete(ctx, "s", key, randToken(key), idem.Response{Status: 200}, now, now.Add(minutes(1, 15)))
+			res := store.Result{Head: []byte{1, 200}}
+			_ = s.Complete(ctx, hold(key, randToken(key)), store.Completion{Result: res, Now: now, ExpiresAt: now.Add(minutes(1, 15))})
 		case op < 7:
-			_ = s.Extend(ctx, "s", key, randToken(key), now, now.Add(minutes(1, 5)))
+			_ = s.Extend(ctx, hold(key, randToken(key)), now, now.Add(minutes(1, 5)))
 		case op < 8:
-			_ = s.Release(ctx, "s", key, randToken(key))
+			_ = s.Release(ctx, hold(key, randToken(key)))
 		case op < 9:
 			if r.IntN(4) == 0 {
-				_, _ = s.Delete(ctx, "s", key)
+				_, _ = s.Delete(ctx, store.Ref{Scope: "s", Key: key})
 			}
 		default:
 			if r.IntN(4) == 0 {
@@ -115,7 +121,7 @@ func TestRandomOperations(t *testing.T) {
 				for k, e := range before {
 					_, kept := after[k]
 					if expired := !now.Before(e.gone); kept == expired {
-						t.Fatalf("step %d: DeleteExpired: %q (removable from %v, now %v) kept = %t", step, k.key, e.gone, now, kept)
+						t.Fatalf("step %d: DeleteExpired: %q (removable from %v, now %v) kept = %t", step, k.Key, e.gone, now, kept)
 					}
 				}
 				if n != len(before)-len(after) {
@@ -129,9 +135,9 @@ func TestRandomOperations(t *testing.T) {
 
 // checkClaim checks a claim on key at now against the model, from the
 // store's entries before and after it.
-func checkClaim(t *testing.T, step int, key string, now time.Time, before, after map[recordKey]entry, res idem.ClaimResult, err error) {
+func checkClaim(t *testing.T, step int, key string, now time.Time, before, after map[store.Ref]entry, res store.ClaimResult, err error) {
 	t.Helper()
-	k := recordKey{"s", key}
+	k := store.Ref{Scope: "s", Key: key}
 	old, had := before[k]
 	if had {
 		// An existing key never evicts anything.
@@ -146,7 +152,7 @@ func checkClaim(t *testing.T, step int, key string, now time.Time, before, after
 	for _, e := range before {
 		if !now.Before(e.ExpiresAt) {
 			expired = append(expired, e)
-		} else if e.State == idem.StateCompleted {
+		} else if e.State == store.Completed {
 			completed = append(completed, e)
 		}
 	}
@@ -185,13 +191,13 @@ func checkClaim(t *testing.T, step int, key string, now time.Time, before, after
 		t.Fatalf("step %d: a claim on a full store evicted %d records, want 1", step, len(gone))
 	case full:
 		g := gone[0]
-		if g.State == idem.StateInProgress && now.Before(g.LeaseEnd) {
-			t.Fatalf("step %d: evicted the live claim %q (lease ends %v, now %v)", step, g.k.key, g.LeaseEnd, now)
+		if g.State == store.InProgress && now.Before(g.LeaseEnd) {
+			t.Fatalf("step %d: evicted the live claim %q (lease ends %v, now %v)", step, g.k.Key, g.LeaseEnd, now)
 		}
 		// Ties on expiresAt may go either way.
 		if !g.ExpiresAt.Equal(victim.ExpiresAt) || (now.Before(g.ExpiresAt) != now.Before(victim.ExpiresAt)) {
 			t.Fatalf("step %d: evicted %q (%v, expires %v), want %q (%v, expires %v) at %v",
-				step, g.k.key, g.State, g.ExpiresAt, victim.k.key, victim.State, victim.ExpiresAt, now)
+				step, g.k.Key, g.State, g.ExpiresAt, victim.k.Key, victim.State, victim.ExpiresAt, now)
 		}
 	}
 }

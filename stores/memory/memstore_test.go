@@ -16,11 +16,12 @@ import (
 
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	memstore "github.com/idemkit/idem/stores/memory"
 )
 
 func TestConformance(t *testing.T) {
-	conformance.RunStore(t, func(t *testing.T) idem.Store {
+	conformance.RunStore(t, func(t *testing.T) store.Store {
 		s := memstore.New()
 		t.Cleanup(func() { s.Close() })
 		return s
@@ -28,7 +29,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceWithoutSweeper(t *testing.T) {
-	conformance.RunStore(t, func(t *testing.T) idem.Store {
+	conformance.RunStore(t, func(t *testing.T) store.Store {
 		return memstore.New(memstore.WithSweepInterval(0))
 	})
 }
@@ -36,16 +37,32 @@ func TestConformanceWithoutSweeper(t *testing.T) {
 // TestConformanceZeroStore: the zero Store is a usable store, without
 // limits or sweeper, rather than a panic on the first request.
 func TestConformanceZeroStore(t *testing.T) {
-	conformance.RunStore(t, func(t *testing.T) idem.Store { return &memstore.Store{} })
+	conformance.RunStore(t, func(t *testing.T) store.Store { return &memstore.Store{} })
 }
 
 const scope = "4:acme4:POST7:/orders"
 
-func claim(key string, now time.Time, lease time.Duration) idem.Claim {
-	return idem.Claim{Scope: scope, Key: key, Fingerprint: "fp-" + key, Token: "token-" + key, Now: now, LeaseEnd: now.Add(lease)}
+func claim(key string, now time.Time, lease time.Duration) store.Claim {
+	return store.Claim{Scope: scope, Key: key, Fingerprint: "fp-" + key, Token: "token-" + key, Now: now, LeaseEnd: now.Add(lease)}
 }
 
-func mustAcquire(t *testing.T, s *memstore.Store, c idem.Claim) {
+// ref names key in the tests' scope; hold names its claim with token.
+func ref(key string) store.Ref { return store.Ref{Scope: scope, Key: key} }
+
+func hold(key, token string) store.Hold { return store.Hold{Ref: ref(key), Token: token} }
+
+// result is a small opaque result, as the engine would pass.
+func result(body string) store.Result {
+	return store.Result{Head: []byte{1, 200, 1, 0}, Body: []byte(body)}
+}
+
+// done is the completion of a claim with result at now, kept until
+// expiresAt.
+func done(res store.Result, now, expiresAt time.Time) store.Completion {
+	return store.Completion{Result: res, Now: now, ExpiresAt: expiresAt}
+}
+
+func mustAcquire(t *testing.T, s *memstore.Store, c store.Claim) {
 	t.Helper()
 	res, err := s.Claim(t.Context(), c)
 	if err != nil || !res.Acquired {
@@ -57,7 +74,7 @@ func mustAcquire(t *testing.T, s *memstore.Store, c idem.Claim) {
 func present(t *testing.T, s *memstore.Store, key string) bool {
 	t.Helper()
 	// A now far in the past sees every record that is still held.
-	_, ok, err := s.Get(t.Context(), scope, key, time.Unix(0, 0))
+	_, ok, err := s.Get(t.Context(), ref(key), time.Unix(0, 0))
 	if err != nil {
 		t.Fatalf("Get(%q): %v", key, err)
 	}
@@ -159,12 +176,11 @@ func TestEviction(t *testing.T) {
 				}
 				mustAcquire(t, s, c)
 				if r.completed {
-					resp := idem.Response{Status: http.StatusOK}
-					if err := s.Complete(t.Context(), scope, r.key, c.Token, resp, base, base.Add(r.expiresIn)); err != nil {
+					if err := s.Complete(t.Context(), c.Hold(), done(result(""), base, base.Add(r.expiresIn))); err != nil {
 						t.Fatalf("Complete(%q): %v", r.key, err)
 					}
 				}
-				ch, stop, _ := s.Watch(t.Context(), scope, r.key)
+				ch, stop, _ := s.Watch(t.Context(), ref(r.key))
 				t.Cleanup(stop)
 				watches[r.key] = ch
 			}
@@ -203,7 +219,7 @@ func TestEvictionKeepsMaxEntries(t *testing.T) {
 	for i := range 3 * max {
 		c := claim(strconv.Itoa(i), base, time.Minute)
 		mustAcquire(t, s, c)
-		if err := s.Complete(t.Context(), scope, c.Key, c.Token, idem.Response{Status: http.StatusOK}, base, base.Add(time.Duration(i+1)*time.Second)); err != nil {
+		if err := s.Complete(t.Context(), c.Hold(), done(result(""), base, base.Add(time.Duration(i+1)*time.Second))); err != nil {
 			t.Fatal(err)
 		}
 		if n := s.Len(); n > max {
@@ -247,13 +263,13 @@ func TestEvictionNeverTakesLiveClaim(t *testing.T) {
 	for key, retention := range map[string]time.Duration{"c1": time.Hour, "c2": 24 * time.Hour} {
 		c := claim(key, base, time.Minute)
 		mustAcquire(t, s, c)
-		if err := s.Complete(t.Context(), scope, key, c.Token, idem.Response{Status: http.StatusOK}, base, base.Add(retention)); err != nil {
+		if err := s.Complete(t.Context(), c.Hold(), done(result(""), base, base.Add(retention))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	watches := map[string]<-chan struct{}{}
 	for _, key := range []string{"r1", "r2", "c1", "c2"} {
-		ch, stop, _ := s.Watch(t.Context(), scope, key)
+		ch, stop, _ := s.Watch(t.Context(), ref(key))
 		t.Cleanup(stop)
 		watches[key] = ch
 	}
@@ -298,12 +314,12 @@ func TestEvictionNeverTakesLiveClaim(t *testing.T) {
 	dup := claim("r1", now, 5*time.Minute)
 	dup.Token = "duplicate"
 	res, err := s.Claim(t.Context(), dup)
-	if err != nil || res.Acquired || res.Existing == nil || res.Existing.State != idem.StateInProgress {
+	if err != nil || res.Acquired || res.Existing == nil || res.Existing.State != store.InProgress {
 		t.Fatalf("duplicate of the running r1 on a full store: Claim = %+v, %v; want the in-progress record", res, err)
 	}
 
 	// A claim that completes becomes evictable.
-	if err := s.Complete(t.Context(), scope, "r1", "token-r1", idem.Response{Status: http.StatusOK}, now, now.Add(24*time.Hour)); err != nil {
+	if err := s.Complete(t.Context(), hold("r1", "token-r1"), done(result(""), now, now.Add(24*time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	mustAcquire(t, s, claim("n3", now, 10*time.Minute))
@@ -314,7 +330,7 @@ func TestEvictionNeverTakesLiveClaim(t *testing.T) {
 	mustBeFull(t, s, "n4", now)
 
 	// A released claim leaves room.
-	if err := s.Release(t.Context(), scope, "n3", "token-n3"); err != nil {
+	if err := s.Release(t.Context(), hold("n3", "token-n3")); err != nil {
 		t.Fatal(err)
 	}
 	mustAcquire(t, s, claim("n4", now, 10*time.Minute))
@@ -349,7 +365,7 @@ func TestFullStoreNoDoubleExecution(t *testing.T) {
 	if err != nil || res.Acquired {
 		t.Fatalf("duplicate of the running request: Claim = %+v, %v; want the existing claim (a second execution otherwise)", res, err)
 	}
-	if res.Existing == nil || res.Existing.State != idem.StateInProgress || res.Existing.Fingerprint != "fp-a" {
+	if res.Existing == nil || res.Existing.State != store.InProgress || res.Existing.Fingerprint != "fp-a" {
 		t.Fatalf("duplicate of the running request: Existing = %+v, want a's in-progress record", res.Existing)
 	}
 }
@@ -447,12 +463,12 @@ func TestSweep(t *testing.T) {
 		mustAcquire(t, s, claim("abandoned", now, 30*time.Second))
 		mustAcquire(t, s, claim("live", now, 5*time.Minute))
 		mustAcquire(t, s, claim("done", now, time.Minute))
-		if err := s.Complete(t.Context(), scope, "done", "token-done", idem.Response{Status: 200}, now, now.Add(90*time.Second)); err != nil {
+		if err := s.Complete(t.Context(), hold("done", "token-done"), done(result(""), now, now.Add(90*time.Second))); err != nil {
 			t.Fatal(err)
 		}
-		abandoned, stop1, _ := s.Watch(t.Context(), scope, "abandoned")
+		abandoned, stop1, _ := s.Watch(t.Context(), ref("abandoned"))
 		defer stop1()
-		live, stop2, _ := s.Watch(t.Context(), scope, "live")
+		live, stop2, _ := s.Watch(t.Context(), ref("live"))
 		defer stop2()
 
 		time.Sleep(time.Minute + time.Second)
@@ -500,12 +516,12 @@ func TestSweepWithClock(t *testing.T) {
 		mustAcquire(t, s, claim("abandoned", now, 30*time.Second))
 		mustAcquire(t, s, claim("live", now, time.Hour))
 		mustAcquire(t, s, claim("done", now, time.Minute))
-		if err := s.Complete(t.Context(), scope, "done", "token-done", idem.Response{Status: 200}, now, now.Add(90*time.Second)); err != nil {
+		if err := s.Complete(t.Context(), hold("done", "token-done"), done(result(""), now, now.Add(90*time.Second))); err != nil {
 			t.Fatal(err)
 		}
-		abandoned, stop1, _ := s.Watch(t.Context(), scope, "abandoned")
+		abandoned, stop1, _ := s.Watch(t.Context(), ref("abandoned"))
 		defer stop1()
-		done, stop2, _ := s.Watch(t.Context(), scope, "done")
+		swept, stop2, _ := s.Watch(t.Context(), ref("done"))
 		defer stop2()
 
 		// Every record has expired by the wall clock; none by the store's.
@@ -537,7 +553,7 @@ func TestSweepWithClock(t *testing.T) {
 			t.Error("the completed record is still held after a sweep past its expiry")
 		}
 		select {
-		case <-done:
+		case <-swept:
 		default:
 			t.Error("the watch on the swept completed record did not fire")
 		}
@@ -579,7 +595,7 @@ func TestCanceledContext(t *testing.T) {
 	}
 }
 
-var sink idem.ClaimResult
+var sink store.ClaimResult
 
 func benchKeys(n int) []string {
 	keys := make([]string, n)
@@ -589,10 +605,11 @@ func benchKeys(n int) []string {
 	return keys
 }
 
-var benchResponse = idem.Response{
-	Status: http.StatusCreated,
-	Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/orders/42"}},
-	Body:   []byte(`{"id":42,"status":"created"}`),
+// benchResult is about what the engine stores for a 201 with a
+// Content-Type and a Location.
+var benchResult = store.Result{
+	Head: []byte("\x01\xc9\x01\x01\x02\x0cContent-Type\x01\x10application/json\x08Location\x01\x0a/orders/42"),
+	Body: []byte(`{"id":42,"status":"created"}`),
 }
 
 // BenchmarkClaim measures Claim that acquires a new key on a store at its
@@ -608,7 +625,7 @@ func BenchmarkClaim(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		now = now.Add(time.Microsecond)
-		c := idem.Claim{Scope: scope, Key: keys[i&(len(keys)-1)], Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(50 * time.Millisecond)}
+		c := store.Claim{Scope: scope, Key: keys[i&(len(keys)-1)], Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(50 * time.Millisecond)}
 		res, err := s.Claim(b.Context(), c)
 		if err != nil || !res.Acquired {
 			b.Fatalf("Claim = %+v, %v", res, err)
@@ -628,12 +645,12 @@ func BenchmarkClaimComplete(b *testing.B) {
 	for b.Loop() {
 		now = now.Add(time.Microsecond)
 		key := keys[i&(len(keys)-1)]
-		c := idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(5 * time.Minute)}
+		c := store.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(5 * time.Minute)}
 		res, err := s.Claim(b.Context(), c)
 		if err != nil || !res.Acquired {
 			b.Fatalf("Claim = %+v, %v", res, err)
 		}
-		if err := s.Complete(b.Context(), scope, key, "token", benchResponse, now, now.Add(24*time.Hour)); err != nil {
+		if err := s.Complete(b.Context(), c.Hold(), done(benchResult, now, now.Add(24*time.Hour))); err != nil {
 			b.Fatal(err)
 		}
 		i++
@@ -645,18 +662,18 @@ func BenchmarkClaimComplete(b *testing.B) {
 func BenchmarkClaimReplay(b *testing.B) {
 	s := memstore.New(memstore.WithSweepInterval(0))
 	now := time.Now()
-	c := idem.Claim{Scope: scope, Key: "key", Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(5 * time.Minute)}
+	c := store.Claim{Scope: scope, Key: "key", Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(5 * time.Minute)}
 	if _, err := s.Claim(b.Context(), c); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.Complete(b.Context(), scope, "key", "token", benchResponse, now, now.Add(24*time.Hour)); err != nil {
+	if err := s.Complete(b.Context(), c.Hold(), done(benchResult, now, now.Add(24*time.Hour))); err != nil {
 		b.Fatal(err)
 	}
 	c.Token = "retry"
 	b.ReportAllocs()
 	for b.Loop() {
 		res, err := s.Claim(b.Context(), c)
-		if err != nil || res.Existing == nil || res.Existing.State != idem.StateCompleted {
+		if err != nil || res.Existing == nil || res.Existing.State != store.Completed {
 			b.Fatalf("Claim = %+v, %v", res, err)
 		}
 		sink = res
@@ -670,11 +687,11 @@ func BenchmarkClaimReplayParallel(b *testing.B) {
 	keys := benchKeys(1024)
 	now := time.Now()
 	for _, k := range keys {
-		c := idem.Claim{Scope: scope, Key: k, Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(5 * time.Minute)}
+		c := store.Claim{Scope: scope, Key: k, Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(5 * time.Minute)}
 		if _, err := s.Claim(b.Context(), c); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Complete(b.Context(), scope, k, "token", benchResponse, now, now.Add(24*time.Hour)); err != nil {
+		if err := s.Complete(b.Context(), c.Hold(), done(benchResult, now, now.Add(24*time.Hour))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -682,7 +699,7 @@ func BenchmarkClaimReplayParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			c := idem.Claim{Scope: scope, Key: keys[i&(len(keys)-1)], Fingerprint: "fp", Token: "retry", Now: now, LeaseEnd: now.Add(5 * time.Minute)}
+			c := store.Claim{Scope: scope, Key: keys[i&(len(keys)-1)], Fingerprint: "fp", Token: "retry", Now: now, LeaseEnd: now.Add(5 * time.Minute)}
 			if res, err := s.Claim(b.Context(), c); err != nil || res.Acquired {
 				b.Fatalf("Claim = %+v, %v", res, err)
 			}

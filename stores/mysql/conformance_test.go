@@ -1,25 +1,48 @@
 package mysqlstore
 
 import (
+	"context"
+	"database/sql"
 	"net/http"
 	"testing"
 
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // TestConformance runs the shared store suite against MySQL, each subtest
 // in its own table on one pool.
 func TestConformance(t *testing.T) {
 	db := newDB(t, 16)
-	conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, db) })
+	conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, db) })
 }
 
 // TestConformanceExactlyOnce runs it against the exactly-once view, which
 // must keep the same contract.
 func TestConformanceExactlyOnce(t *testing.T) {
 	db := newDB(t, 16)
-	conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, db).ExactlyOnce() })
+	conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, db).ExactlyOnce() })
+}
+
+// TestTxEnded runs the shared check of Commit after the handler ended
+// its transaction, with the *sql.Tx's Commit and with its Rollback.
+func TestTxEnded(t *testing.T) {
+	db := newDB(t, 16)
+	for name, end := range map[string]func(*sql.Tx) error{"committed": (*sql.Tx).Commit, "rolled back": (*sql.Tx).Rollback} {
+		t.Run(name, func(t *testing.T) {
+			conformance.RunTxEnded(t, func(t *testing.T) store.Store { return newStore(t, db).ExactlyOnce() },
+				func(t *testing.T, ctx context.Context) {
+					tx := Tx(ctx)
+					if tx == nil {
+						t.Fatal("no transaction in the context Tx.Context returned")
+					}
+					if err := end(tx); err != nil {
+						t.Fatal(err)
+					}
+				})
+		})
+	}
 }
 
 // TestHTTP runs the HTTP behaviour suite through the core's net/http
@@ -27,13 +50,13 @@ func TestConformanceExactlyOnce(t *testing.T) {
 // the transaction, which exactly-once mode must allow.
 func TestHTTP(t *testing.T) {
 	db := newDB(t, 32)
-	for name, wrap := range map[string]func(*Store) idem.Store{
-		"plain":        func(s *Store) idem.Store { return s },
-		"exactly once": func(s *Store) idem.Store { return s.ExactlyOnce() },
+	for name, wrap := range map[string]func(*Store) store.Store{
+		"plain":        func(s *Store) store.Store { return s },
+		"exactly once": func(s *Store) store.Store { return s.ExactlyOnce() },
 	} {
 		t.Run(name, func(t *testing.T) {
 			conformance.RunHTTP(t, conformance.Harness{
-				NewStore: func(t *testing.T) idem.Store { return wrap(newStore(t, db)) },
+				NewStore: func(t *testing.T) store.Store { return wrap(newStore(t, db)) },
 				Handler: func(t *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
 					return f.ServeMux(e.Middleware)
 				},

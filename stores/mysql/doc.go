@@ -1,4 +1,5 @@
-// Package mysqlstore is an idem.Store on MySQL 8.0+ and MariaDB 10.6+
+// Package mysqlstore is an idem store (a store.Store, from package
+// github.com/idemkit/idem/core/store) on MySQL 8.0+ and MariaDB 10.6+
 // (InnoDB), built on database/sql and github.com/go-sql-driver/mysql:
 // durable, shared by every instance of a service, and able to commit a
 // handler's own writes together with the idempotency record (exactly-once
@@ -40,6 +41,12 @@
 // stays within InnoDB's limit. Schema returns the CREATE TABLE IF NOT
 // EXISTS for a table name; CreateSchema runs it, and adds tx_mark to a
 // table created before the column existed.
+//
+// A completed record keeps the engine's result as opaque bytes, its head
+// in the headers column and its body in body, with a NULL status. Rows
+// that earlier versions completed kept an HTTP status, the header bytes
+// and the body instead; they keep reading as they did (the head is built
+// with store.LegacyHead) until they expire, with no migration.
 //
 // # Round trips and locks
 //
@@ -98,7 +105,7 @@
 // # Time
 //
 // Every comparison uses the now the engine passes, as a literal. The
-// store implements idem.Clock: Now reads the server's time, so the engine
+// store implements store.Clock: Now reads the server's time, so the engine
 // aligns that now with the server's clock, and instances whose clocks
 // disagree judge leases alike. Now reads UTC_TIMESTAMP(6), the start of
 // its one-statement SELECT: it is microseconds from the call time
@@ -113,7 +120,7 @@
 //
 // # Notifications
 //
-// For the engine's wait mode the store implements idem.Notifier without
+// For the engine's wait mode the store implements store.Notifier without
 // LISTEN/NOTIFY, which MySQL lacks: a Complete, Release, Evict or Delete
 // through the same Store wakes that process's waiters at once, and one
 // poller per Store reads the watched keys every 100ms (WithWatchInterval)
@@ -124,7 +131,7 @@
 //
 // # Exactly-once mode
 //
-// Store.ExactlyOnce returns a view that implements idem.TxBeginner: the
+// Store.ExactlyOnce returns a view that implements store.TxBeginner: the
 // engine begins a transaction before the handler, the handler writes
 // through Tx(r.Context()) (with Gin, Tx(c.Request.Context()); with Echo,
 // Tx(c.Request().Context())), and the completed record is written in the
@@ -133,12 +140,12 @@
 // streaming response commits when it starts) is the engine's rule: see
 // "Exactly-once" in package idem.
 //
-// The transaction holds its claim (idem.ClaimHolder). BeginTx takes one
+// The transaction holds its claim (store.ClaimHolder). BeginTx takes one
 // pooled connection for the request, turns autocommit off and takes a
 // user-level lock named after the record (GET_LOCK, which never waits),
 // starts the transaction, and writes a random mark into the record's row
 // (checking the claim's token: a lost claim fails BeginTx with
-// idem.ErrLeaseLost). That write locks the row until the transaction
+// store.ErrLeaseLost). That write locks the row until the transaction
 // ends. So:
 //
 //   - Nobody takes the key over while the transaction lives, past its
@@ -160,7 +167,7 @@
 //     to a lock wait timeout (1205) when innodb_rollback_on_timeout is ON,
 //     the mark went with the handler's writes, the completion matches
 //     nothing, and Commit returns an error wrapping ErrRolledBack (not
-//     idem.ErrLeaseLost): the engine answers 500 and releases the key, and
+//     store.ErrLeaseLost): the engine answers 500 and releases the key, and
 //     the retry runs the handler again. With autocommit off, what the
 //     handler ran after the rollback (it ignored the error, or retried the
 //     statement) is in a new transaction, which Commit rolls back too.
@@ -203,18 +210,18 @@
 //
 // # Large responses
 //
-// Complete sends the body and the headers as binary parameters of a
-// prepared statement, byte for byte (the driver sends a large one in
-// COM_STMT_SEND_LONG_DATA packets), so a response as large as
-// max_allowed_packet allows is stored: MaxResponseSize, the server's
-// max_allowed_packet read by New, less 4 KiB for the rest of the
-// statement, for the body and the encoded headers together (the tests
-// store exactly that much on the real server, with the largest scope, key
-// and token). A larger response is stored as the
-// engine stores one over its cap, with idem.Response.WithoutBody: status
-// and headers, marked as without body, so that retries replay it instead
-// of running the handler again; the store logs a warning. The completion
-// never fails for its size. To keep every body the engine keeps, set
+// Complete sends the result's body and head (the status and headers as
+// the engine encodes them) as binary parameters of a prepared statement,
+// byte for byte (the driver sends a large one in COM_STMT_SEND_LONG_DATA
+// packets), so a response as large as max_allowed_packet allows is
+// stored: MaxResponseSize, the server's max_allowed_packet read by New,
+// less 4 KiB for the rest of the statement, for the body and the head
+// together (the tests store exactly that much on the real server, with
+// the largest scope, key and token). A larger result is stored as the
+// engine stores one over its cap: its head alone, marked as without body
+// (store.Result.BodyOmitted), so that retries replay its status and
+// headers instead of running the handler again; the store logs a warning.
+// The completion never fails for its size. To keep every body the engine keeps, set
 // idem.WithMaxResponseBody below MaxResponseSize, less room for headers,
 // and an idem.WithStoreTimeout that covers writing the largest body (a
 // small server took seconds to write 16 MiB). A max_allowed_packet the

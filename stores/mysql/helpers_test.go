@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 const defaultTestDSN = "root@tcp(127.0.0.1:3306)/test"
@@ -21,9 +22,40 @@ var quietLog = slog.New(slog.DiscardHandler)
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func claimAt(key, fp, token string, now time.Time, lease time.Duration) idem.Claim {
-	return idem.Claim{Scope: idem.Scope("", "POST", "/orders"), Key: key, Fingerprint: fp, Token: token, Now: now, LeaseEnd: now.Add(lease)}
+func claimAt(key, fp, token string, now time.Time, lease time.Duration) store.Claim {
+	return store.Claim{Scope: idem.Scope("", "POST", "/orders"), Key: key, Fingerprint: fp, Token: token, Now: now, LeaseEnd: now.Add(lease)}
 }
+
+// hold names the claim of token on (scope, key).
+func hold(scope, key, token string) store.Hold {
+	return store.Hold{Ref: store.Ref{Scope: scope, Key: key}, Token: token}
+}
+
+// ref names the record of (scope, key).
+func ref(scope, key string) store.Ref { return store.Ref{Scope: scope, Key: key} }
+
+// completeAt is the completion that stores res at now, kept until
+// expiresAt; it is not failed (see failedAt).
+func completeAt(res store.Result, now, expiresAt time.Time) store.Completion {
+	return store.Completion{Result: res, Now: now, ExpiresAt: expiresAt}
+}
+
+// failedAt is completeAt for a failed outcome (an HTTP 4xx, a final
+// error), which only an exactly-once commit tells apart.
+func failedAt(res store.Result, now, expiresAt time.Time) store.Completion {
+	c := completeAt(res, now, expiresAt)
+	c.Failed = true
+	return c
+}
+
+// result is an opaque result: the store keeps its bytes and never reads
+// them, so tests use any (a head is never empty).
+func result(head, body string) store.Result {
+	return store.Result{Head: []byte(head), Body: []byte(body)}
+}
+
+// okResult is a small result, for tests that only need one stored.
+var okResult = store.Result{Head: []byte("\x01ok")}
 
 func testDSN() string {
 	if d := os.Getenv("IDEM_TEST_MYSQL_DSN"); d != "" {

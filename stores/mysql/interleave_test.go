@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // These tests force, with a second transaction, the interleavings in which
@@ -48,8 +48,8 @@ func competitor(t *testing.T, stmt string, args ...any) *sql.Tx {
 	return tx
 }
 
-func claimAsync(t *testing.T, s *Store, c idem.Claim) <-chan idem.ClaimResult {
-	done := make(chan idem.ClaimResult, 1)
+func claimAsync(t *testing.T, s *Store, c store.Claim) <-chan store.ClaimResult {
+	done := make(chan store.ClaimResult, 1)
 	go func() {
 		res, err := s.Claim(context.Background(), c)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // The tests of idem issue 16, "never twice, in every configuration", on
@@ -67,7 +68,7 @@ type app struct {
 // orderIDs numbers the orders of every app, which may share a table.
 var orderIDs atomic.Int64
 
-func newApp(t *testing.T, f txFixture, store idem.Store, opts ...idem.Option) *app {
+func newApp(t *testing.T, f txFixture, st store.Store, opts ...idem.Option) *app {
 	t.Helper()
 	a := &app{f: f, runs: map[string]int{}}
 	opts = append([]idem.Option{
@@ -79,7 +80,7 @@ func newApp(t *testing.T, f txFixture, store idem.Store, opts ...idem.Option) *a
 			}
 		}),
 	}, opts...)
-	e, err := idem.New(store, opts...)
+	e, err := idem.New(st, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,13 +215,13 @@ func TestHeldClaimNeverWaits(t *testing.T) {
 	if res, err := s.Claim(t.Context(), c); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	tx, err := s.BeginTx(t.Context(), c.Scope, c.Key, c.Token)
+	tx, err := s.BeginTx(t.Context(), c.Hold())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(t.Context())
-	if h, ok := tx.(idem.ClaimHolder); !ok || !h.HoldsClaim() {
-		t.Error("the transaction does not report that it holds its claim (idem.ClaimHolder)")
+	if h, ok := tx.(store.ClaimHolder); !ok || !h.HoldsClaim() {
+		t.Error("the transaction does not report that it holds its claim (store.ClaimHolder)")
 	}
 	later := t0.Add(time.Hour) // the lease ended at t0+1m; a sweeper may drop an abandoned claim from t0+2m
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -232,11 +233,11 @@ func TestHeldClaimNeverWaits(t *testing.T) {
 		t.Errorf("a duplicate's Claim while the transaction holds the key: %v", err)
 	case res.Acquired:
 		t.Error("a duplicate's Claim took over a key that a live transaction holds")
-	case res.Existing.State != idem.StateInProgress:
+	case res.Existing.State != store.InProgress:
 		t.Errorf("a duplicate's Claim returned %+v, want the in-progress record", res.Existing)
 	}
 
-	ch, stop, err := s.Watch(ctx, c.Scope, c.Key)
+	ch, stop, err := s.Watch(ctx, c.Ref())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,12 +254,12 @@ func TestHeldClaimNeverWaits(t *testing.T) {
 		t.Errorf("DeleteExpired while the transaction holds the key: %d, %v; want 0 rows removed", n, err)
 	}
 
-	resp := idem.Response{Status: 201, Body: []byte("held")}
-	if err := tx.Commit(ctx, resp, later.Add(time.Second), later.Add(time.Hour)); err != nil {
+	resp := result("\x01held", "held")
+	if err := tx.Commit(ctx, completeAt(resp, later.Add(time.Second), later.Add(time.Hour))); err != nil {
 		t.Fatalf("Commit of the held claim: %v", err)
 	}
-	rec, ok, err := s.Get(ctx, c.Scope, c.Key, later.Add(2*time.Second))
-	if err != nil || !ok || rec.State != idem.StateCompleted || string(rec.Response.Body) != "held" {
+	rec, ok, err := s.Get(ctx, c.Ref(), later.Add(2*time.Second))
+	if err != nil || !ok || rec.State != store.Completed || string(rec.Result.Body) != "held" {
 		t.Fatalf("record after Commit: %+v %v %v", rec, ok, err)
 	}
 	select {
@@ -268,20 +269,20 @@ func TestHeldClaimNeverWaits(t *testing.T) {
 	}
 }
 
-// TestLargeResponse: a response whose body and headers fit the server's
+// TestLargeResponse: a result whose body and head fit the server's
 // max_allowed_packet is stored in full, up to the byte; a larger one is
-// stored without its body (as the engine stores a response over its
-// cap), never refused, in both modes.
+// stored without its body, its head kept (as the engine stores a response
+// over its cap), never refused, in both modes.
 func TestLargeResponse(t *testing.T) {
 	db := newDB(t, 2)
 	packet := serverPacket(t, db)
-	hdr := http.Header{"Content-Type": {"application/octet-stream"}, "Etag": {`"v1"`}}
+	head := []byte("\x01\xc9\x01\x01\x02\x0cContent-Type\x01\x18application/octet-stream\x04Etag\x01\x04\"v1\"")
 	s := newStore(t, db, WithSweepInterval(0))
 	if got, want := s.MaxResponseSize(), packet-4096; got != want {
 		t.Fatalf("MaxResponseSize() = %d, want max_allowed_packet (%d) - 4 KiB", got, packet)
 	}
-	limit := s.MaxResponseSize() - len(idem.AppendHeader(nil, hdr))
-	t.Logf("max_allowed_packet %d: bodies up to %d bytes are stored with these headers", packet, limit)
+	limit := s.MaxResponseSize() - len(head)
+	t.Logf("max_allowed_packet %d: bodies up to %d bytes are stored with this head", packet, limit)
 	for _, mode := range []string{"plain", "exactly once"} {
 		t.Run(mode, func(t *testing.T) {
 			// The largest scope, key and token the table holds: the
@@ -302,36 +303,35 @@ func TestLargeResponse(t *testing.T) {
 				t.Run(tc.name, func(t *testing.T) {
 					key := mode + "/" + tc.name
 					key += strings.Repeat("k", maxKey-len(key))
-					c := idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: token, Now: t0, LeaseEnd: t0.Add(time.Minute)}
+					c := store.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: token, Now: t0, LeaseEnd: t0.Add(time.Minute)}
 					if res, err := s.Claim(t.Context(), c); err != nil || !res.Acquired {
 						t.Fatal(res, err)
 					}
-					resp := idem.Response{Status: 201, Header: hdr, Body: bodyFor(c.Key, tc.size)}
+					resp := store.Result{Head: head, Body: bodyFor(c.Key, tc.size)}
 					var err error
 					if mode == "plain" {
-						err = s.Complete(t.Context(), c.Scope, c.Key, c.Token, resp, t0, t0.Add(time.Hour))
+						err = s.Complete(t.Context(), c.Hold(), completeAt(resp, t0, t0.Add(time.Hour)))
 					} else {
-						var tx idem.Tx
-						if tx, err = s.ExactlyOnce().BeginTx(t.Context(), c.Scope, c.Key, c.Token); err == nil {
-							err = tx.Commit(t.Context(), resp, t0, t0.Add(time.Hour))
+						var tx store.Tx
+						if tx, err = s.ExactlyOnce().BeginTx(t.Context(), c.Hold()); err == nil {
+							err = tx.Commit(t.Context(), completeAt(resp, t0, t0.Add(time.Hour)))
 						}
 					}
 					if err != nil {
 						t.Fatalf("storing a %d-byte body (limit %d, packet %d): %v", tc.size, limit, packet, err)
 					}
-					res, err := s.Claim(t.Context(), idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "retry", Now: t0.Add(time.Second), LeaseEnd: t0.Add(time.Minute)})
-					if err != nil || res.Acquired || res.Existing.State != idem.StateCompleted {
+					res, err := s.Claim(t.Context(), store.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "retry", Now: t0.Add(time.Second), LeaseEnd: t0.Add(time.Minute)})
+					if err != nil || res.Acquired || res.Existing.State != store.Completed {
 						t.Fatalf("retry: %+v %v, want the completed record", res, err)
 					}
-					got := res.Existing.Response
+					got := res.Existing.Result
 					want := resp
 					if !tc.full {
-						want = resp.WithoutBody()
+						want = store.Result{Head: head, BodyOmitted: true}
 					}
-					if got.Status != want.Status || got.BodyOmitted != want.BodyOmitted || !bytes.Equal(got.Body, want.Body) ||
-						fmt.Sprint(got.Header) != fmt.Sprint(want.Header) {
-						t.Fatalf("stored %d, %d body bytes, omitted %v, headers %v; want %d, %d bytes, omitted %v, headers %v",
-							got.Status, len(got.Body), got.BodyOmitted, got.Header, want.Status, len(want.Body), want.BodyOmitted, want.Header)
+					if !bytes.Equal(got.Head, want.Head) || got.BodyOmitted != want.BodyOmitted || !bytes.Equal(got.Body, want.Body) {
+						t.Fatalf("stored a head of %d bytes, %d body bytes, omitted %v; want %d, %d bytes, omitted %v",
+							len(got.Head), len(got.Body), got.BodyOmitted, len(want.Head), len(want.Body), want.BodyOmitted)
 					}
 				})
 			}
@@ -350,13 +350,13 @@ func TestLargeResponseThroughEngine(t *testing.T) {
 	for _, mode := range []string{"plain", "exactly once"} {
 		t.Run(mode, func(t *testing.T) {
 			f := newTxFixture(t, db)
-			var store idem.Store = f.s.Store
+			var st store.Store = f.s.Store
 			if mode == "exactly once" {
-				store = f.s
+				st = f.s
 			}
 			// Writing 16 MiB takes this server seconds: the store timeout
 			// must cover the largest response.
-			a := newApp(t, f, store, idem.WithMaxResponseBody(packet+1<<20), idem.WithStoreTimeout(time.Minute))
+			a := newApp(t, f, st, idem.WithMaxResponseBody(packet+1<<20), idem.WithStoreTimeout(time.Minute))
 			for _, tc := range []struct {
 				name string
 				size int
@@ -530,15 +530,15 @@ func TestDeadlockVictim(t *testing.T) {
 			if r := replies[victim]; r.code < 500 {
 				t.Errorf("the deadlock victim %s answered %v, but InnoDB rolled its writes back: want a 5xx", victim, r)
 			}
-			if len(d.commits) != 1 || !errors.Is(d.commits[0], ErrRolledBack) || errors.Is(d.commits[0], idem.ErrLeaseLost) {
+			if len(d.commits) != 1 || !errors.Is(d.commits[0], ErrRolledBack) || errors.Is(d.commits[0], store.ErrLeaseLost) {
 				t.Errorf("failed commits %v, want one, the victim's, saying the server rolled it back (ErrRolledBack), not a lost claim", d.commits)
 			}
-			rec, ok, err := d.f.s.Get(t.Context(), idem.Scope("", "POST", ""), victim, time.Now())
+			rec, ok, err := d.f.s.Get(t.Context(), ref(idem.Scope("", "POST", ""), victim), time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if ok {
-				t.Errorf("the victim's record is %v with status %v, want its key released", rec.State, rec.Response)
+				t.Errorf("the victim's record is %v with head %q, want its key released", rec.State, rec.Result.Head)
 			}
 			var logged int
 			if err := d.f.s.db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(d.logs)).Scan(&logged); err != nil {
@@ -621,7 +621,7 @@ func TestLockWaitTimeout(t *testing.T) {
 	if err := db.QueryRowContext(t.Context(), "SELECT n FROM "+quoteIdent(accounts)+" WHERE id = 1").Scan(&n1); err != nil {
 		t.Fatal(err)
 	}
-	_, stored, err := f.s.Get(t.Context(), idem.Scope("", "POST", ""), "timeout", time.Now())
+	_, stored, err := f.s.Get(t.Context(), ref(idem.Scope("", "POST", ""), "timeout"), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -685,7 +685,7 @@ func TestExactlyOnceMatrix(t *testing.T) {
 					}
 				})
 				f := newTxFixture(t, db)
-				store := f.s.WithTxOptions(*iso.opts)
+				st := f.s.WithTxOptions(*iso.opts)
 				// Writing 16 MiB takes this server seconds, and commits of
 				// smaller responses queue behind it for the redo log: the
 				// store timeout covers that.
@@ -693,8 +693,8 @@ func TestExactlyOnceMatrix(t *testing.T) {
 				if !beat {
 					opts = append(opts, idem.WithHeartbeat(0))
 				}
-				small := newApp(t, f, store, opts...)
-				big := newApp(t, f, store, append(opts, idem.WithMaxResponseBody(packet+1<<20))...)
+				small := newApp(t, f, st, opts...)
+				big := newApp(t, f, st, append(opts, idem.WithMaxResponseBody(packet+1<<20))...)
 				appFor := func(r request) *app {
 					if r.big {
 						return big

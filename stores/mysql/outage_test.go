@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/idemkit/idem/conformance"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // dbAt returns a pool on the test database through addr, with no dial
@@ -92,7 +92,7 @@ func TestUnreachableFailsPromptly(t *testing.T) {
 					return err
 				},
 				"begin": func(ctx context.Context) error {
-					tx, err := s.ExactlyOnce().BeginTx(ctx, "s", "k", "t")
+					tx, err := s.ExactlyOnce().BeginTx(ctx, hold("s", "k", "t"))
 					if err == nil {
 						tx.Rollback(ctx)
 					}
@@ -148,7 +148,7 @@ func TestOutageRecovery(t *testing.T) {
 			if res, err := s.Claim(ctx, claimAt("a", "fp", "t", t0, time.Minute)); err != nil || !res.Acquired {
 				t.Fatal(res, err)
 			}
-			ch, stop, err := s.Watch(ctx, scope, "a")
+			ch, stop, err := s.Watch(ctx, ref(scope, "a"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,7 +176,7 @@ func TestOutageRecovery(t *testing.T) {
 			}
 
 			px.Set(conformance.ProxyUp)
-			var res idem.ClaimResult
+			var res store.ClaimResult
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -187,17 +187,17 @@ func TestOutageRecovery(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			if err != nil || res.Acquired || res.Existing.State != idem.StateInProgress {
+			if err != nil || res.Acquired || res.Existing.State != store.InProgress {
 				t.Fatalf("after the outage: %+v %v", res, err)
 			}
 			// Waiters are woken by another process's completion again.
-			ch2, stop2, err := s.Watch(ctx, scope, "a")
+			ch2, stop2, err := s.Watch(ctx, ref(scope, "a"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer stop2()
 			time.Sleep(100 * time.Millisecond)
-			if err := direct.Complete(ctx, scope, "a", "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+			if err := direct.Complete(ctx, hold(scope, "a", "t"), completeAt(okResult, t0, t0.Add(time.Hour))); err != nil {
 				t.Fatal(err)
 			}
 			if !fired(ch2, 5*time.Second) {
@@ -307,7 +307,7 @@ func TestHungCommitReturnsInTime(t *testing.T) {
 		if res, err := eo.Claim(ctx, c); err != nil || !res.Acquired {
 			t.Fatal(res, err)
 		}
-		tx, err := eo.BeginTx(ctx, c.Scope, c.Key, c.Token)
+		tx, err := eo.BeginTx(ctx, c.Hold())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +315,7 @@ func TestHungCommitReturnsInTime(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		start := time.Now()
 		if end == "commit" {
-			err = tx.Commit(cctx, idem.Response{Status: 201}, t0, t0.Add(time.Hour))
+			err = tx.Commit(cctx, completeAt(result("\x01created", ""), t0, t0.Add(time.Hour)))
 		} else {
 			err = tx.Rollback(cctx)
 		}
@@ -331,10 +331,10 @@ func TestHungCommitReturnsInTime(t *testing.T) {
 		t.Logf("%s failed in %v: %v", end, took.Round(time.Millisecond), err)
 		// The abandoned COMMIT ends once the server answers: the record
 		// is completed, as it may be after any failed COMMIT.
-		want := map[string]idem.State{"commit": idem.StateCompleted, "rollback": idem.StateInProgress}[end]
+		want := map[string]store.State{"commit": store.Completed, "rollback": store.InProgress}[end]
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			rec, ok, err := s.Get(ctx, c.Scope, c.Key, t0)
+			rec, ok, err := s.Get(ctx, c.Ref(), t0)
 			if err == nil && ok && rec.State == want {
 				break
 			}

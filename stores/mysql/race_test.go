@@ -13,18 +13,19 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // claimers runs n concurrent claims of one key at now and returns how many
 // acquired and the records the others got.
-func claimers(t *testing.T, s *Store, n int, key string, now time.Time) (int, []*idem.Record) {
+func claimers(t *testing.T, s *Store, n int, key string, now time.Time) (int, []*store.Record) {
 	t.Helper()
 	var (
 		wg       sync.WaitGroup
 		acquired atomic.Int32
 		mu       sync.Mutex
-		existing []*idem.Record
+		existing []*store.Record
 		start    = make(chan struct{})
 	)
 	for i := range n {
@@ -95,7 +96,7 @@ func TestClaimRaceNewKey(t *testing.T) {
 			t.Fatalf("round %d: %d acquired, %d existing; want 1 and 63", round, won, len(existing))
 		}
 		for _, r := range existing {
-			if r == nil || r.State != idem.StateInProgress || !r.ExpiresAt.After(t0) {
+			if r == nil || r.State != store.InProgress || !r.ExpiresAt.After(t0) {
 				t.Fatalf("round %d: existing %+v", round, r)
 			}
 		}
@@ -117,7 +118,7 @@ func TestClaimRaceReleasedKey(t *testing.T) {
 			t.Fatal(res, err)
 		}
 		if round%2 == 0 {
-			if err := s.Release(ctx, c.Scope, key, "old"); err != nil {
+			if err := s.Release(ctx, hold(c.Scope, key, "old")); err != nil {
 				t.Fatal(err)
 			}
 		} else if n, err := s.DeleteExpired(ctx, t0.Add(time.Hour)); err != nil || n == 0 {
@@ -128,7 +129,7 @@ func TestClaimRaceReleasedKey(t *testing.T) {
 			t.Fatalf("round %d: %d acquired, %d existing; want 1 and 63", round, won, len(existing))
 		}
 		for _, r := range existing {
-			if r.State != idem.StateInProgress || !r.CreatedAt.Equal(t0) {
+			if r.State != store.InProgress || !r.CreatedAt.Equal(t0) {
 				t.Fatalf("round %d: a loser saw %+v", round, r)
 			}
 		}
@@ -152,7 +153,7 @@ func TestClaimRaceExpiredRow(t *testing.T) {
 				t.Fatal(res, err)
 			}
 			if completed {
-				if err := s.Complete(ctx, c.Scope, key, "old", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+				if err := s.Complete(ctx, hold(c.Scope, key, "old"), completeAt(okResult, t0, t0.Add(time.Hour))); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -161,7 +162,7 @@ func TestClaimRaceExpiredRow(t *testing.T) {
 				t.Fatalf("%s: %d acquired, %d existing; want 1 and 63", key, won, len(existing))
 			}
 			for _, r := range existing {
-				if r.State != idem.StateInProgress || r.Fingerprint != "fp" || !r.CreatedAt.Equal(later) {
+				if r.State != store.InProgress || r.Fingerprint != "fp" || !r.CreatedAt.Equal(later) {
 					t.Fatalf("%s: a loser saw %+v, not the winner's claim", key, r)
 				}
 			}
@@ -210,7 +211,7 @@ func TestClaimRaceWithSweeper64(t *testing.T) {
 					t.Errorf("%s: %d acquired, %d existing; want 1 and 63", key, won, len(existing))
 				}
 				for _, r := range existing {
-					if r.State != idem.StateInProgress || !r.CreatedAt.Equal(later) {
+					if r.State != store.InProgress || !r.CreatedAt.Equal(later) {
 						t.Errorf("%s: a loser saw %+v", key, r)
 						return
 					}
@@ -227,7 +228,7 @@ func TestClaimRaceWithSweeper64(t *testing.T) {
 	for round := range 10 {
 		for k := range 8 {
 			key := fmt.Sprint("r", round, "-", k*25)
-			if rec, ok, err := s.Get(ctx, idem.Scope("", "POST", "/orders"), key, later); err != nil || !ok || rec.Fingerprint != "fp" {
+			if rec, ok, err := s.Get(ctx, ref(idem.Scope("", "POST", "/orders"), key), later); err != nil || !ok || rec.Fingerprint != "fp" {
 				t.Fatalf("%s: the winner's claim is gone: %+v %v %v", key, rec, ok, err)
 			}
 		}
@@ -342,7 +343,7 @@ func TestClaimRaceIsolationLevels(t *testing.T) {
 						t.Fatalf("a loser saw a stale record %+v", r)
 					}
 				}
-				if ok, err := s.Delete(ctx, claimAt("", "", "", t0, 0).Scope, key); err != nil || !ok {
+				if ok, err := s.Delete(ctx, ref(claimAt("", "", "", t0, 0).Scope, key)); err != nil || !ok {
 					t.Fatal(ok, err)
 				}
 				if won, existing := claimers(t, s, 64, key, later); won != 1 || len(existing) != 63 {

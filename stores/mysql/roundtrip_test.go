@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // writeCounter counts the writes on a connection: the driver sends each
@@ -52,7 +52,7 @@ func TestRoundTripsPerStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	w0 := writes.Load()
-	if err := s.Complete(ctx, scope, "warm", "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	if err := s.Complete(ctx, hold(scope, "warm", "t"), completeAt(okResult, t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if n := writes.Load() - w0; n != 2 {
@@ -71,9 +71,9 @@ func TestRoundTripsPerStep(t *testing.T) {
 			return err
 		}},
 		{"409", 1, func() error { _, err := s.Claim(ctx, claimAt("a", "fp", "u", t0, time.Minute)); return err }},
-		{"extend", 1, func() error { return s.Extend(ctx, scope, "a", "t", t0, t0.Add(2*time.Minute)) }},
+		{"extend", 1, func() error { return s.Extend(ctx, hold(scope, "a", "t"), t0, t0.Add(2*time.Minute)) }},
 		{"complete", 1, func() error {
-			return s.Complete(ctx, scope, "a", "t", idem.Response{Status: 200, Body: make([]byte, 64<<10)}, t0, t0.Add(time.Hour))
+			return s.Complete(ctx, hold(scope, "a", "t"), completeAt(store.Result{Head: okResult.Head, Body: make([]byte, 64<<10)}, t0, t0.Add(time.Hour)))
 		}},
 		{"replay", 1, func() error {
 			res, err := s.Claim(ctx, claimAt("a", "fp", "u", t0, time.Minute))
@@ -83,9 +83,9 @@ func TestRoundTripsPerStep(t *testing.T) {
 			return err
 		}},
 		{"422", 1, func() error { _, err := s.Claim(ctx, claimAt("a", "other", "u", t0, time.Minute)); return err }},
-		{"get", 1, func() error { _, _, err := s.Get(ctx, scope, "a", t0); return err }},
+		{"get", 1, func() error { _, _, err := s.Get(ctx, ref(scope, "a"), t0); return err }},
 		{"claim b", 2, func() error { _, err := s.Claim(ctx, claimAt("b", "fp", "t", t0, time.Minute)); return err }},
-		{"release", 1, func() error { return s.Release(ctx, scope, "b", "t") }},
+		{"release", 1, func() error { return s.Release(ctx, hold(scope, "b", "t")) }},
 		{"expired takeover", 2, func() error {
 			res, err := s.Claim(ctx, claimAt("a", "fp", "v", t0.Add(2*time.Hour), time.Minute))
 			if err == nil && !res.Acquired {
@@ -93,7 +93,7 @@ func TestRoundTripsPerStep(t *testing.T) {
 			}
 			return err
 		}},
-		{"delete", 1, func() error { _, err := s.Delete(ctx, scope, "a"); return err }},
+		{"delete", 1, func() error { _, err := s.Delete(ctx, ref(scope, "a")); return err }},
 		{"claim c", 2, func() error { _, err := s.Claim(ctx, claimAt("c", "fp", "t", t0, time.Minute)); return err }},
 		{"abandoned takeover", 3, func() error {
 			res, err := s.Claim(ctx, claimAt("c", "fp", "v", t0.Add(2*time.Minute), time.Minute))
@@ -102,7 +102,7 @@ func TestRoundTripsPerStep(t *testing.T) {
 			}
 			return err
 		}},
-		{"evict", 1, func() error { return s.Evict(ctx, scope, "c", "v") }},
+		{"evict", 1, func() error { return s.Evict(ctx, hold(scope, "c", "v")) }},
 		{"now", 1, func() error { _, err := s.Now(ctx); return err }},
 	} {
 		w0 := writes.Load()
@@ -138,7 +138,7 @@ func TestRoundTripsExactlyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		w0 := writes.Load()
-		tx, err := tc.s.BeginTx(ctx, c.Scope, c.Key, c.Token)
+		tx, err := tc.s.BeginTx(ctx, c.Hold())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func TestRoundTripsExactlyOnce(t *testing.T) {
 			t.Errorf("%s: BeginTx took %d round trips, want %d", tc.name, n, tc.begin)
 		}
 		w0 = writes.Load()
-		if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+		if err := tx.Commit(ctx, completeAt(okResult, t0, t0.Add(time.Hour))); err != nil {
 			t.Fatal(err)
 		}
 		if n := writes.Load() - w0; n != 3 {

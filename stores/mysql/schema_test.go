@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	idem "github.com/idemkit/idem/core"
 )
 
 func TestTableNameValidation(t *testing.T) {
@@ -161,11 +159,11 @@ func TestCreateSchemaAddsTxMark(t *testing.T) {
 	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	tx, err := s.ExactlyOnce().BeginTx(ctx, c.Scope, c.Key, c.Token)
+	tx, err := s.ExactlyOnce().BeginTx(ctx, c.Hold())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	if err := tx.Commit(ctx, completeAt(okResult, t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 }

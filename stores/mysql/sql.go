@@ -20,10 +20,10 @@ import (
 // statement is one COM_QUERY: one round trip, no server-side prepared
 // statement.
 //
-// The two statements that carry a response (completeSQL and commitSQL)
+// The two statements that carry a result (completeSQL and commitSQL)
 // are server-side prepared statements instead, with ? placeholders: the
-// body and headers travel as binary parameters, byte for byte, rather
-// than as hex literals twice their size, so that a response as large as
+// body and head travel as binary parameters, byte for byte, rather
+// than as hex literals twice their size, so that a result as large as
 // max_allowed_packet allows fits (see Store.MaxResponseSize). The driver
 // sends a large parameter in COM_STMT_SEND_LONG_DATA packets whatever the
 // DSN says (interpolateParams applies to unprepared statements only).
@@ -79,8 +79,12 @@ const (
 )
 
 // completeSQL turns a held claim into a completed record. It is a
-// prepared statement; its parameters are status, headers, body,
-// body_omitted, expires_at, scope, key and token. Setting state from 1 to
+// prepared statement; its parameters are the result's head (kept in the
+// headers column), body, body_omitted, expires_at, scope, key and token.
+// The status column is NULL in every row it writes: a completed row with
+// a status was written before results were opaque, and its head is
+// rebuilt from the status and the headers column when it is read
+// (sqlbase.Row.Record). Setting state from 1 to
 // 2 always changes the row, so the affected-rows count is 1 exactly when
 // the claim was held, with or without CLIENT_FOUND_ROWS. The lease end is
 // not checked: a claim nobody took over is its token's until then.
@@ -90,7 +94,7 @@ const (
 // and a binary comparison both compares bytes and lets the primary key
 // serve the lookup. The values stored into BLOB columns are assigned as
 // they are, which stores their bytes unchanged.
-const completeSQL = "UPDATE {{t}} SET state = 2, status = ?, headers = ?, body = ?, body_omitted = ?,\n" +
+const completeSQL = "UPDATE {{t}} SET state = 2, status = NULL, headers = ?, body = ?, body_omitted = ?,\n" +
 	"    lease_end = NULL, expires_at = ?, tx_mark = NULL\n" +
 	"WHERE scope = CAST(? AS BINARY) AND `key` = CAST(? AS BINARY) AND token = CAST(? AS BINARY) AND state = 1"
 

@@ -7,17 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 )
 
-// Errors the store returns besides those of idem. Callers test with
-// errors.Is.
+// Errors the store returns besides those of package store. Callers test
+// with errors.Is.
 var (
 	// ErrBadOption is wrapped by the error New returns for a bad
 	// argument or option (a nil *sql.DB, a table name that does not match
@@ -51,14 +51,13 @@ const (
 	maxKey         = 255       // VARBINARY(255)
 	maxToken       = 255       // VARBINARY(255)
 	maxFingerprint = 1<<16 - 1 // BLOB
-	maxHeaders     = 1<<24 - 1 // MEDIUMBLOB
 	// maxScope is the longest scope kept as it is in the scope column; a
 	// longer one is kept as its first maxScope bytes and its SHA-256.
 	maxScope = 512
 )
 
 // packetReserve is what a completion's statement needs besides the body
-// and the headers: the scope (at most 544 bytes as stored), key and token
+// and the head: the scope (at most 544 bytes as stored), key and token
 // (255 each), the transaction's mark, the other values and the protocol's
 // framing, about 1.2 KiB at most, with room to spare.
 const packetReserve = 4 << 10
@@ -122,10 +121,10 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.Logger = l }
 }
 
-// Store is an idem.Store on MySQL 8.0+ or MariaDB 10.6+ (InnoDB). It
-// implements idem.Getter, idem.Deleter, idem.ExpiredDeleter,
-// idem.Extender, idem.Evicter, idem.Clock and idem.Notifier; ExactlyOnce
-// returns a view of it that also implements idem.TxBeginner.
+// Store is a store.Store on MySQL 8.0+ or MariaDB 10.6+ (InnoDB). It
+// implements store.Getter, store.Deleter, store.ExpiredDeleter,
+// store.Extender, store.Evicter, store.Clock and store.Notifier;
+// ExactlyOnce returns a view of it that also implements store.TxBeginner.
 //
 // Every method but the sweeper's runs single statements that commit on
 // their own: no transaction or row lock is held while a handler runs. A
@@ -146,14 +145,14 @@ type Store struct {
 }
 
 var (
-	_ idem.Store          = (*Store)(nil)
-	_ idem.Getter         = (*Store)(nil)
-	_ idem.Deleter        = (*Store)(nil)
-	_ idem.ExpiredDeleter = (*Store)(nil)
-	_ idem.Extender       = (*Store)(nil)
-	_ idem.Evicter        = (*Store)(nil)
-	_ idem.Clock          = (*Store)(nil)
-	_ idem.Notifier       = (*Store)(nil)
+	_ store.Store          = (*Store)(nil)
+	_ store.Getter         = (*Store)(nil)
+	_ store.Deleter        = (*Store)(nil)
+	_ store.ExpiredDeleter = (*Store)(nil)
+	_ store.Extender       = (*Store)(nil)
+	_ store.Evicter        = (*Store)(nil)
+	_ store.Clock          = (*Store)(nil)
+	_ store.Notifier       = (*Store)(nil)
 )
 
 // New returns a Store that keeps its records in db, which must run in
@@ -223,16 +222,16 @@ func serverSettings(db *sql.DB) (packet int, err error) {
 
 var errCharset = errors.New("mysqlstore: the connection's character sets disagree")
 
-// MaxResponseSize returns the largest response the store keeps in full:
-// its body and its headers in the store's encoding (idem.AppendHeader),
-// together. It is the server's max_allowed_packet, read by New, less
-// 4 KiB for the rest of the statement. A larger response is stored as
-// the engine stores one over its cap (idem.Response.WithoutBody): status
-// and headers, marked as without body, so that retries replay it instead
-// of running the handler again; the store logs a warning. To keep every
-// body the engine keeps, set idem.WithMaxResponseBody below it, less room
-// for headers. A server whose max_allowed_packet is lowered later takes
-// effect for the store at its next New.
+// MaxResponseSize returns the largest result the store keeps in full: its
+// body and its head (for HTTP, the status and headers as the engine
+// encodes them) together. It is the server's max_allowed_packet, read by
+// New, less 4 KiB for the rest of the statement. A larger result is
+// stored as the engine stores one over its cap: its head alone, marked
+// as without body (store.Result.BodyOmitted), so that retries replay it
+// instead of running the handler again; the store logs a warning. To
+// keep every body the engine keeps, set idem.WithMaxResponseBody below
+// it, less room for headers. A server whose max_allowed_packet is lowered
+// later takes effect for the store at its next New.
 func (s *Store) MaxResponseSize() int { return max(s.packet-packetReserve, 0) }
 
 // Table returns the name of the store's table.
@@ -250,22 +249,22 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Claim implements idem.Store. It reads the row with one consistent,
+// Claim implements store.Store. It reads the row with one consistent,
 // non-locking SELECT; only when there is no row, or the row is takeable,
 // does it write, with one INSERT ... ON DUPLICATE KEY UPDATE that takes
 // the key or leaves a live row alone. Before it takes over an in-progress
 // record whose lease has ended it asks whether a live exactly-once
 // transaction holds it (heldSQL), and if so answers with the record. See
 // the package doc for why this is race-safe and deadlock-free.
-func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	if err := checkLen("key", c.Key, maxKey); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	if err := checkLen("token", c.Token, maxToken); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	if err := checkLen("fingerprint", c.Fingerprint, maxFingerprint); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	scope := scopeKey(c.Scope)
 	now := sqlbase.FloorMicro(c.Now)
@@ -275,23 +274,23 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 		var r sqlbase.MicroRow
 		found, err := r.Scan(s.db.QueryRowContext(ctx, read))
 		if err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
+			return store.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
 		}
 		if found {
 			rec, err := r.Record()
 			if err != nil {
-				return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim, key %q: %w", c.Key, err)
+				return store.ClaimResult{}, fmt.Errorf("mysqlstore: claim, key %q: %w", c.Key, err)
 			}
 			if !rec.Takeable(now) {
-				return idem.ClaimResult{Existing: &rec}, nil
+				return store.ClaimResult{Existing: &rec}, nil
 			}
-			if rec.State == idem.StateInProgress {
+			if rec.State == store.InProgress {
 				held, err := s.held(ctx, scope, c.Key)
 				if err != nil {
-					return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
+					return store.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
 				}
 				if held {
-					return idem.ClaimResult{Existing: &rec}, nil
+					return store.ClaimResult{Existing: &rec}, nil
 				}
 			}
 		}
@@ -304,22 +303,22 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 			continue
 		}
 		if err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
+			return store.ClaimResult{}, fmt.Errorf("mysqlstore: claim: %w", err)
 		}
 		id, _ := res.LastInsertId()
 		n, _ := res.RowsAffected()
 		switch {
 		case id == takeTaken, id == takeInserted && n == 1:
-			return idem.ClaimResult{Acquired: true}, nil
+			return store.ClaimResult{Acquired: true}, nil
 		case id == takeLeft:
 			// Lost a race: between the read and the write another claim
 			// took the key. The next read returns its record.
 			claimRetries.Add(1)
 			continue
 		}
-		return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: unexpected outcome of the write (insert id %d, %d rows affected)", id, n)
+		return store.ClaimResult{}, fmt.Errorf("mysqlstore: claim: unexpected outcome of the write (insert id %d, %d rows affected)", id, n)
 	}
-	return idem.ClaimResult{}, fmt.Errorf("mysqlstore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
+	return store.ClaimResult{}, fmt.Errorf("mysqlstore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
 }
 
 // held reports whether a live exactly-once transaction holds the record
@@ -330,11 +329,13 @@ func (s *Store) held(ctx context.Context, scope, key string) (bool, error) {
 	return held, err
 }
 
-// Complete implements idem.Store in one statement, a prepared one whose
-// body and headers travel as binary parameters. A response larger than
-// MaxResponseSize is stored without its body.
-func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
-	args, err := s.completion(scope, key, token, resp, expiresAt)
+// Complete implements store.Store in one statement, a prepared one whose
+// body and head travel as binary parameters. The row keeps the head in
+// its headers column and a NULL status (a status marks a row written
+// before results were opaque). A result larger than MaxResponseSize is
+// stored without its body.
+func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
+	args, err := s.completion(h, c)
 	if err != nil {
 		return err
 	}
@@ -353,109 +354,94 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 			return fmt.Errorf("mysqlstore: complete: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			return idem.ErrLeaseLost
+			return store.ErrLeaseLost
 		}
-		s.wake(scope, key)
+		s.wake(h.Scope, h.Key)
 		return nil
 	}
 }
 
-// completion checks a response and returns the parameters of completeSQL
-// for it; those of commitSQL follow with the mark. A response larger than
-// MaxResponseSize is replaced by its WithoutBody, and a warning logged.
-func (s *Store) completion(scope, key, token string, resp idem.Response, expiresAt time.Time) ([]any, error) {
-	if err := sqlbase.CheckStatus("mysqlstore", resp.Status); err != nil {
-		return nil, err
+// completion checks a completion and returns the parameters of
+// completeSQL for it; those of commitSQL follow with the mark. A result
+// larger than MaxResponseSize loses its body (BodyOmitted), and a warning
+// is logged; its head is always kept.
+func (s *Store) completion(h store.Hold, c store.Completion) ([]any, error) {
+	res := c.Result
+	if len(res.Head) == 0 || len(res.Head) > store.MaxHead {
+		return nil, fmt.Errorf("mysqlstore: complete: a head of %d bytes is not 1 to %d", len(res.Head), store.MaxHead)
 	}
-	header, err := encodeHeader(resp.Header)
-	if err != nil {
-		return nil, err
-	}
-	if room := s.MaxResponseSize(); len(resp.Body)+len(header) > room {
-		size := len(resp.Body) + len(header)
-		resp = resp.WithoutBody()
-		if header, err = encodeHeader(resp.Header); err != nil {
-			return nil, err
+	if room := s.MaxResponseSize(); len(res.Body)+len(res.Head) > room {
+		size := len(res.Body) + len(res.Head)
+		if len(res.Head) > room {
+			return nil, fmt.Errorf("mysqlstore: complete: a head of %d bytes does not fit the %d bytes that max_allowed_packet (%d) leaves", len(res.Head), room, s.packet)
 		}
-		if len(header) > room {
-			return nil, fmt.Errorf("mysqlstore: complete: %d bytes of headers do not fit the %d bytes that max_allowed_packet (%d) leaves", len(header), room, s.packet)
-		}
-		s.cfg.Logger.Warn("mysqlstore: a response larger than max_allowed_packet allows is stored without its body; retries replay its status and headers",
+		res.Body, res.BodyOmitted = nil, true
+		s.cfg.Logger.Warn("mysqlstore: a result larger than max_allowed_packet allows is stored without its body; retries replay its head (status and headers)",
 			"table", s.table, "size", size, "max", room)
 	}
 	var body []byte
-	if !resp.BodyOmitted {
-		body = resp.Body // NULL for a nil body
+	if !res.BodyOmitted {
+		body = res.Body // NULL for a nil body
 	}
-	return []any{int64(resp.Status), header, body, resp.BodyOmitted, sqlbase.CeilMicro(expiresAt).UnixMicro(),
-		scopeKey(scope), key, token}, nil
+	return []any{res.Head, body, res.BodyOmitted, sqlbase.CeilMicro(c.ExpiresAt).UnixMicro(),
+		scopeKey(h.Scope), h.Key, h.Token}, nil
 }
 
-// encodeHeader returns h in the store's encoding, nil (NULL) for a nil h.
-func encodeHeader(h http.Header) ([]byte, error) {
-	if h == nil {
-		return nil, nil
-	}
-	b := idem.AppendHeader(nil, h)
-	if len(b) > maxHeaders {
-		return nil, fmt.Errorf("mysqlstore: complete: %d bytes of headers do not fit a MEDIUMBLOB", len(b))
-	}
-	return b, nil
-}
-
-// Release implements idem.Store in one statement.
-func (s *Store) Release(ctx context.Context, scope, key, token string) error {
-	n, err := s.exec(ctx, s.q.release.render(scopeKey(scope), key, token))
+// Release implements store.Store in one statement.
+func (s *Store) Release(ctx context.Context, h store.Hold) error {
+	n, err := s.exec(ctx, s.q.release.render(scopeKey(h.Scope), h.Key, h.Token))
 	if err := sqlbase.WriteResult("mysqlstore", "release", n, err); err != nil {
 		return err
 	}
-	s.wake(scope, key)
+	s.wake(h.Scope, h.Key)
 	return nil
 }
 
-// Get implements idem.Getter in one statement, a consistent read.
-func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
-	var r sqlbase.MicroRow
-	found, err := r.Scan(s.db.QueryRowContext(ctx, s.q.get.render(scopeKey(scope), key, sqlbase.FloorMicro(now).UnixMicro())))
+// Get implements store.Getter in one statement, a consistent read. A
+// completed row written before results were opaque (with a status) comes
+// back with its head built by store.LegacyHead.
+func (s *Store) Get(ctx context.Context, r store.Ref, now time.Time) (store.Record, bool, error) {
+	var row sqlbase.MicroRow
+	found, err := row.Scan(s.db.QueryRowContext(ctx, s.q.get.render(scopeKey(r.Scope), r.Key, sqlbase.FloorMicro(now).UnixMicro())))
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("mysqlstore: get: %w", err)
+		return store.Record{}, false, fmt.Errorf("mysqlstore: get: %w", err)
 	}
 	if !found {
-		return idem.Record{}, false, nil
+		return store.Record{}, false, nil
 	}
-	rec, err := r.Record()
+	rec, err := row.Record()
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("mysqlstore: get, key %q: %w", key, err)
+		return store.Record{}, false, fmt.Errorf("mysqlstore: get, key %q: %w", r.Key, err)
 	}
 	return rec, true, nil
 }
 
-// Delete implements idem.Deleter in one statement. It reports whether a
+// Delete implements store.Deleter in one statement. It reports whether a
 // row was there, expired or not, and wakes watchers of the key.
-func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
-	n, err := s.exec(ctx, s.q.delete.render(scopeKey(scope), key))
+func (s *Store) Delete(ctx context.Context, r store.Ref) (bool, error) {
+	n, err := s.exec(ctx, s.q.delete.render(scopeKey(r.Scope), r.Key))
 	if err != nil {
 		return false, fmt.Errorf("mysqlstore: delete: %w", err)
 	}
 	if n > 0 {
-		s.wake(scope, key)
+		s.wake(r.Scope, r.Key)
 	}
 	return n > 0, nil
 }
 
-// Evict implements idem.Evicter in one statement: it deletes the record,
-// in progress or completed, while it holds token, and wakes watchers of
+// Evict implements store.Evicter in one statement: it deletes the record,
+// in progress or completed, while it holds h.Token, and wakes watchers of
 // the key.
-func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
-	n, err := s.exec(ctx, s.q.evict.render(scopeKey(scope), key, token))
+func (s *Store) Evict(ctx context.Context, h store.Hold) error {
+	n, err := s.exec(ctx, s.q.evict.render(scopeKey(h.Scope), h.Key, h.Token))
 	if err := sqlbase.WriteResult("mysqlstore", "evict", n, err); err != nil {
 		return err
 	}
-	s.wake(scope, key)
+	s.wake(h.Scope, h.Key)
 	return nil
 }
 
-// Now implements idem.Clock: the server's time, UTC, in microseconds, in
+// Now implements store.Clock: the server's time, UTC, in microseconds, in
 // one statement. The engine aligns the now it passes to the store with
 // it, so that instances whose clocks disagree judge leases alike; the
 // sweeper uses it too. It reads UTC_TIMESTAMP(6), the statement's start
@@ -469,11 +455,11 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return sqlbase.FromMicro(us), nil
 }
 
-// Extend implements idem.Extender in one statement. Like Complete, it
+// Extend implements store.Extender in one statement. Like Complete, it
 // moves the lease of a claim its token still holds, even once the lease
 // has ended.
-func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
-	q := s.q.extend.render(scopeKey(scope), key, token, sqlbase.CeilMicro(leaseEnd).UnixMicro())
+func (s *Store) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Time) error {
+	q := s.q.extend.render(scopeKey(h.Scope), h.Key, h.Token, sqlbase.CeilMicro(leaseEnd).UnixMicro())
 	for range maxClaimAttempts {
 		res, err := s.db.ExecContext(ctx, q)
 		if deadlock(err) {
@@ -486,14 +472,14 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 		id, _ := res.LastInsertId()
 		n, _ := res.RowsAffected()
 		if id != 1 && n != 1 {
-			return idem.ErrLeaseLost
+			return store.ErrLeaseLost
 		}
 		return nil
 	}
 	return fmt.Errorf("mysqlstore: extend: chosen as a deadlock victim %d times", maxClaimAttempts)
 }
 
-// DeleteExpired implements idem.ExpiredDeleter. It removes completed
+// DeleteExpired implements store.ExpiredDeleter. It removes completed
 // records from their expiry, and in-progress ones a lease later (at
 // LeaseEnd + (LeaseEnd - CreatedAt)), so that a late completion of a claim
 // nobody took over still lands. It works in batches of at most 1000 rows:

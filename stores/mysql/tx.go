@@ -10,18 +10,18 @@ import (
 	"fmt"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // ExactlyOnceStore is a Store whose engine runs each claimed request in a
-// database transaction (idem.TxBeginner): the handler's writes, made
+// database transaction (store.TxBeginner): the handler's writes, made
 // through Tx(r.Context()), and the completed record commit together or not
 // at all. Get one with Store.ExactlyOnce; it has every method of Store.
 // Transactions run at READ COMMITTED unless WithTxOptions says otherwise.
 // Each request in flight holds one pooled connection, and its rows and
 // its record's row stay locked, until the commit; the transaction holds
-// the claim (idem.ClaimHolder), so no heartbeat needs a connection of its
+// the claim (store.ClaimHolder), so no heartbeat needs a connection of its
 // own. The flow, the isolation levels, the deadlock rule, pool sizing and
 // the costs are in the package docs ("Exactly-once mode").
 type ExactlyOnceStore struct {
@@ -30,15 +30,16 @@ type ExactlyOnceStore struct {
 }
 
 var (
-	_ idem.Store      = (*ExactlyOnceStore)(nil)
-	_ idem.TxBeginner = (*ExactlyOnceStore)(nil)
-	_ idem.Getter     = (*ExactlyOnceStore)(nil)
-	_ idem.Deleter    = (*ExactlyOnceStore)(nil)
-	_ idem.Notifier   = (*ExactlyOnceStore)(nil)
-	_ idem.Extender   = (*ExactlyOnceStore)(nil)
-	_ idem.Evicter    = (*ExactlyOnceStore)(nil)
-	_ idem.Clock      = (*ExactlyOnceStore)(nil)
-	_ idem.Tx         = (*txn)(nil)
+	_ store.Store          = (*ExactlyOnceStore)(nil)
+	_ store.TxBeginner     = (*ExactlyOnceStore)(nil)
+	_ store.Getter         = (*ExactlyOnceStore)(nil)
+	_ store.Deleter        = (*ExactlyOnceStore)(nil)
+	_ store.ExpiredDeleter = (*ExactlyOnceStore)(nil)
+	_ store.Notifier       = (*ExactlyOnceStore)(nil)
+	_ store.Extender       = (*ExactlyOnceStore)(nil)
+	_ store.Evicter        = (*ExactlyOnceStore)(nil)
+	_ store.Clock          = (*ExactlyOnceStore)(nil)
+	_ store.Tx             = (*txn)(nil)
 )
 
 // ExactlyOnce returns s in exactly-once mode: pass it to idem.New instead
@@ -73,8 +74,8 @@ type txKey struct{}
 // deadlock; ROLLBACK as SQL) the record is not completed, the request gets
 // 500 and its key is released, and what the handler ran after the
 // rollback is rolled back too (the connection runs with autocommit off).
-// After its Rollback method an answer of 400 or more is stored on its own
-// and one below 400 fails. A COMMIT, as its Commit method, as SQL or
+// After its Rollback method a failed outcome (an HTTP 4xx, a final error)
+// is stored on its own and any other fails. A COMMIT, as its Commit method, as SQL or
 // implied by DDL, splits the transaction: what came before it commits
 // without the record (so a retry runs it again), what comes after commits
 // with it.
@@ -85,7 +86,7 @@ func Tx(ctx context.Context) *sql.Tx {
 	return nil
 }
 
-// BeginTx implements idem.TxBeginner. It takes a connection from the
+// BeginTx implements store.TxBeginner. It takes a connection from the
 // pool for the request and, on it:
 //
 //	SET autocommit = 0, @idem_hold = GET_LOCK(<name of the record>, 0)
@@ -94,9 +95,9 @@ func Tx(ctx context.Context) *sql.Tx {
 //	UPDATE <table> SET tx_mark = <random> WHERE <the record> AND token = <token> AND state = 1
 //
 // The UPDATE checks that the claim is still held (otherwise BeginTx
-// rolls back and returns idem.ErrLeaseLost) and locks the record's row
+// rolls back and returns store.ErrLeaseLost) and locks the record's row
 // until the transaction ends: the transaction holds the claim by itself
-// (idem.ClaimHolder), so the engine sends no heartbeat for it, and the
+// (store.ClaimHolder), so the engine sends no heartbeat for it, and the
 // request needs no connection but this one however long its handler runs.
 // Other requests' claims learn that it is held from the user-level lock
 // (GET_LOCK, which never waits) and answer with the in-progress record at
@@ -110,11 +111,11 @@ func Tx(ctx context.Context) *sql.Tx {
 // ctx bounds only acquiring a connection and starting; the transaction
 // outlives it (database/sql would otherwise roll it back when the
 // engine's store timeout ends).
-func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string) (idem.Tx, error) {
-	if err := checkLen("key", key, maxKey); err != nil {
+func (s *ExactlyOnceStore) BeginTx(ctx context.Context, h store.Hold) (store.Tx, error) {
+	if err := checkLen("key", h.Key, maxKey); err != nil {
 		return nil, err
 	}
-	if err := checkLen("token", token, maxToken); err != nil {
+	if err := checkLen("token", h.Token, maxToken); err != nil {
 		return nil, err
 	}
 	// Prepare the completion before taking a connection: preparing takes
@@ -125,7 +126,7 @@ func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string
 	}
 	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
-	t := &txn{s: s.Store, cancel: cancel, stmtDone: done, stmt: st, scope: scopeKey(scope), rawScope: scope, key: key, token: token}
+	t := &txn{s: s.Store, cancel: cancel, stmtDone: done, stmt: st, scope: scopeKey(h.Scope), hold: h}
 	err = t.begin(txCtx, s.txOptions)
 	if !stop() && err == nil {
 		// ctx ended while starting: database/sql rolls the transaction
@@ -134,7 +135,7 @@ func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string
 	}
 	if err != nil {
 		t.abandon()
-		if errors.Is(err, idem.ErrLeaseLost) {
+		if errors.Is(err, store.ErrLeaseLost) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("mysqlstore: begin: %w", err)
@@ -142,7 +143,7 @@ func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string
 	return t, nil
 }
 
-// txn is the idem.Tx an ExactlyOnceStore hands the engine.
+// txn is the store.Tx an ExactlyOnceStore hands the engine.
 type txn struct {
 	s        *Store
 	conn     *sql.Conn // the request's connection, from BeginTx to the end
@@ -152,16 +153,14 @@ type txn struct {
 	stmt     *sql.Stmt          // commitSQL, prepared on the pool
 	stmtDone func()
 	mark     []byte
-	scope    string // as stored (scopeKey)
-	rawScope string // as the engine gave it, for waking watchers
-	key      string
-	token    string
+	scope    string     // as stored (scopeKey)
+	hold     store.Hold // as the engine gave it
 	done     bool
 }
 
-var _ idem.ClaimHolder = (*txn)(nil)
+var _ store.ClaimHolder = (*txn)(nil)
 
-// HoldsClaim implements idem.ClaimHolder: the transaction holds the
+// HoldsClaim implements store.ClaimHolder: the transaction holds the
 // record's row lock from BeginTx until it ends.
 func (t *txn) HoldsClaim() bool { return true }
 
@@ -173,7 +172,7 @@ func (t *txn) begin(ctx context.Context, opts sql.TxOptions) error {
 	}
 	t.conn = conn
 	t.held = true // from here on, end restores the session or discards it
-	if _, err := conn.ExecContext(ctx, t.s.q.hold.render(t.s.table, t.scope, t.key)); err != nil {
+	if _, err := conn.ExecContext(ctx, t.s.q.hold.render(t.s.table, t.scope, t.hold.Key)); err != nil {
 		return err
 	}
 	var o *sql.TxOptions
@@ -185,12 +184,12 @@ func (t *txn) begin(ctx context.Context, opts sql.TxOptions) error {
 	}
 	t.mark = make([]byte, 16)
 	rand.Read(t.mark)
-	res, err := t.tx.ExecContext(ctx, t.s.q.mark.render(t.scope, t.key, t.token, t.mark))
+	res, err := t.tx.ExecContext(ctx, t.s.q.mark.render(t.scope, t.hold.Key, t.hold.Token, t.mark))
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	return nil
 }
@@ -202,21 +201,22 @@ func (t *txn) Context(parent context.Context) context.Context {
 
 // Commit completes the record inside the transaction, with the same token
 // check as Store.Complete plus the transaction's mark, and commits. A
-// response larger than MaxResponseSize is stored without its body. When
+// result larger than MaxResponseSize is stored without its body. When
 // the record was not completed it rolls back, commits nothing and returns
-// idem.ErrLeaseLost (another request took the key over, which cannot
+// store.ErrLeaseLost (another request took the key over, which cannot
 // happen while the transaction holds it, or the record is gone) or an
 // error wrapping ErrRolledBack (the server had rolled the transaction
 // back: the handler's writes are gone). A transaction the handler ended
-// with Commit or Rollback is failed: an answer of 400 or more is then
-// stored on its own (token-checked), one below 400 is refused.
-func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt time.Time) error {
+// with Commit or Rollback is failed: a failed outcome (c.Failed: an HTTP
+// 4xx, a final error) is then stored on its own (token-checked), any
+// other is refused.
+func (t *txn) Commit(ctx context.Context, c store.Completion) error {
 	if t.done {
 		return errors.New("mysqlstore: commit: transaction already finished")
 	}
 	t.done = true
 	defer t.cancel()
-	args, err := t.s.completion(t.rawScope, t.key, t.token, resp, expiresAt)
+	args, err := t.s.completion(t.hold, c)
 	if err != nil {
 		t.end(ctx, t.tx.Rollback) //nolint:errcheck // the error above is the one to report
 		return err
@@ -226,8 +226,8 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	st.Close()
 	if errors.Is(err, sql.ErrTxDone) {
 		t.finish(nil) // the handler ended it: give the connection back first
-		return sqlbase.CommitEnded("mysqlstore", resp.Status, func() error {
-			return t.s.Complete(ctx, t.rawScope, t.key, t.token, resp, now, expiresAt)
+		return sqlbase.CommitEnded("mysqlstore", c.Failed, func() error {
+			return t.s.Complete(ctx, t.hold, c)
 		})
 	}
 	switch {
@@ -248,28 +248,28 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	if err := t.end(ctx, t.tx.Commit); err != nil {
 		return fmt.Errorf("mysqlstore: commit: %w", err)
 	}
-	t.s.wake(t.rawScope, t.key)
+	t.s.wake(t.hold.Scope, t.hold.Key)
 	return nil
 }
 
 // lost tells why the completion matched no row: the record is not held
-// by the token any more (idem.ErrLeaseLost), or it is, without the
+// by the token any more (store.ErrLeaseLost), or it is, without the
 // transaction's mark, because the server rolled the transaction back.
 // After such a rollback this read runs in a new transaction, which Commit
 // then rolls back with whatever the handler ran after it.
 func (t *txn) lost(ctx context.Context) error {
 	var token, mark []byte
 	var state int64
-	err := t.tx.QueryRowContext(ctx, t.s.q.holder.render(t.scope, t.key)).Scan(&token, &state, &mark)
+	err := t.tx.QueryRowContext(ctx, t.s.q.holder.render(t.scope, t.hold.Key)).Scan(&token, &state, &mark)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	case err != nil:
 		return fmt.Errorf("the completion matched no row, and reading why failed: %w", err)
-	case string(token) == t.token && state == int64(idem.StateInProgress) && !bytes.Equal(mark, t.mark):
+	case string(token) == t.hold.Token && state == int64(store.InProgress) && !bytes.Equal(mark, t.mark):
 		return ErrRolledBack
 	}
-	return idem.ErrLeaseLost
+	return store.ErrLeaseLost
 }
 
 // Rollback rolls the transaction back. It is a no-op after Commit or a
@@ -329,7 +329,7 @@ func (t *txn) finish(ended error) {
 		err := sqlbase.IgnoreTxDone(ended)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
-			_, err = conn.ExecContext(ctx, t.s.q.unhold.render(t.s.table, t.scope, t.key))
+			_, err = conn.ExecContext(ctx, t.s.q.unhold.render(t.s.table, t.scope, t.hold.Key))
 			cancel()
 		}
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 )
 
@@ -45,13 +46,13 @@ func (f txFixture) orderExists(t *testing.T, id int) bool {
 }
 
 // begin claims key and starts its transaction, as the engine does.
-func (f txFixture) begin(t *testing.T, key string) (idem.Claim, context.Context, idem.Tx) {
+func (f txFixture) begin(t *testing.T, key string) (store.Claim, context.Context, store.Tx) {
 	t.Helper()
 	c := claimAt(key, "fp", "tok-"+key, t0, time.Minute)
 	if res, err := f.s.Claim(t.Context(), c); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	tx, err := f.s.BeginTx(t.Context(), c.Scope, c.Key, c.Token)
+	tx, err := f.s.BeginTx(t.Context(), c.Hold())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +81,8 @@ func TestExactlyOnceCommit(t *testing.T) {
 	if f.orderExists(t, 1) {
 		t.Fatal("order visible before commit")
 	}
-	resp := idem.Response{Status: 201, Body: []byte("created")}
-	if err := tx.Commit(t.Context(), resp, t0.Add(time.Second), t0.Add(time.Hour)); err != nil {
+	resp := result("\x01created", "created")
+	if err := tx.Commit(t.Context(), completeAt(resp, t0.Add(time.Second), t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(t.Context()); err != nil {
@@ -90,11 +91,11 @@ func TestExactlyOnceCommit(t *testing.T) {
 	if !f.orderExists(t, 1) {
 		t.Fatal("order missing after commit")
 	}
-	rec, ok, err := f.s.Get(t.Context(), c.Scope, c.Key, t0.Add(time.Second))
-	if err != nil || !ok || rec.State != idem.StateCompleted || string(rec.Response.Body) != "created" {
+	rec, ok, err := f.s.Get(t.Context(), c.Ref(), t0.Add(time.Second))
+	if err != nil || !ok || rec.State != store.Completed || string(rec.Result.Body) != "created" {
 		t.Fatalf("record = %+v %v %v", rec, ok, err)
 	}
-	if err := tx.Commit(t.Context(), resp, t0, t0.Add(time.Hour)); err == nil {
+	if err := tx.Commit(t.Context(), completeAt(resp, t0, t0.Add(time.Hour))); err == nil {
 		t.Fatal("a second commit succeeded")
 	}
 	if Tx(context.Background()) != nil {
@@ -115,7 +116,7 @@ func TestExactlyOnceRollback(t *testing.T) {
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatalf("second rollback: %v", err)
 	}
-	if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); err != nil {
+	if err := f.s.Release(t.Context(), c.Hold()); err != nil {
 		t.Fatal(err)
 	}
 	if f.orderExists(t, 1) {
@@ -141,13 +142,13 @@ func TestExactlyOnceLeaseLost(t *testing.T) {
 	if res, err := f.s.Claim(t.Context(), claimAt("k", "fp", "other", later, time.Minute)); err != nil || !res.Acquired {
 		t.Fatalf("takeover = %+v %v", res, err)
 	}
-	if tx, err := f.s.BeginTx(t.Context(), c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+	if tx, err := f.s.BeginTx(t.Context(), c.Hold()); !errors.Is(err, store.ErrLeaseLost) {
 		if tx != nil {
 			tx.Rollback(t.Context())
 		}
 		t.Fatalf("BeginTx after a takeover = %v, want ErrLeaseLost", err)
 	}
-	if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := f.s.Release(t.Context(), c.Hold()); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("release by the old owner = %v", err)
 	}
 	if st := f.s.db.Stats(); st.InUse != 0 {
@@ -159,24 +160,24 @@ func TestExactlyOnceLeaseLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := f.s.Claim(t.Context(), claimAt("k2", "fp", "other", later, time.Minute))
-	if err != nil || res.Acquired || res.Existing.State != idem.StateInProgress {
+	if err != nil || res.Acquired || res.Existing.State != store.InProgress {
 		t.Fatalf("claim past the lease end of a held claim = %+v %v, want the in-progress record", res, err)
 	}
-	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, later, later.Add(time.Hour)); err != nil {
+	if err := tx.Commit(t.Context(), completeAt(okResult, later, later.Add(time.Hour))); err != nil {
 		t.Fatalf("late commit of a held claim = %v", err)
 	}
 	if !f.orderExists(t, 1) {
 		t.Fatal("order missing after the late commit")
 	}
-	if rec, ok, err := f.s.Get(t.Context(), c2.Scope, c2.Key, later); err != nil || !ok || rec.State != idem.StateCompleted {
+	if rec, ok, err := f.s.Get(t.Context(), c2.Ref(), later); err != nil || !ok || rec.State != store.Completed {
 		t.Fatalf("record after the late commit: %+v %v %v", rec, ok, err)
 	}
 }
 
 // The handler ends the transaction itself, with the *sql.Tx's Rollback
 // or Commit, or with ROLLBACK or COMMIT as SQL. After the methods the
-// engine's commit is failed, storing an error answer on its own and
-// refusing a success. After ROLLBACK as SQL the record is not completed
+// engine's commit is failed, storing a failed outcome (an HTTP 4xx) on
+// its own and refusing a success. After ROLLBACK as SQL the record is not completed
 // (the mark is gone, as after a deadlock); after COMMIT as SQL the record
 // completes with what came after.
 func TestExactlyOnceHandlerEndsTx(t *testing.T) {
@@ -184,16 +185,16 @@ func TestExactlyOnceHandlerEndsTx(t *testing.T) {
 	for i, tc := range []struct {
 		key    string
 		end    string
-		status int
+		failed bool  // the outcome is a failed one (a 409), not a success (a 201)
 		stored bool  // the answer is stored
 		err    error // else the commit's error
 		order  bool  // the order was committed
 	}{
-		{"rollback-409", "rollback", 409, true, nil, false},
-		{"rollback-201", "rollback", 201, false, sqlbase.ErrTxFailed, false},
-		{"commit-201", "commit", 201, false, sqlbase.ErrTxFailed, true},
-		{"rollback-sql-201", "ROLLBACK", 201, false, ErrRolledBack, false},
-		{"commit-sql-201", "COMMIT", 201, true, nil, true},
+		{"rollback-409", "rollback", true, true, nil, false},
+		{"rollback-201", "rollback", false, false, sqlbase.ErrTxFailed, false},
+		{"commit-201", "commit", false, false, sqlbase.ErrTxFailed, true},
+		{"rollback-sql-201", "ROLLBACK", false, false, ErrRolledBack, false},
+		{"commit-sql-201", "COMMIT", false, true, nil, true},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			c, ctx, tx := f.begin(t, tc.key)
@@ -210,16 +211,18 @@ func TestExactlyOnceHandlerEndsTx(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err := tx.Commit(t.Context(), idem.Response{Status: tc.status}, t0, t0.Add(time.Hour))
-			rec, ok, gerr := f.s.Get(t.Context(), c.Scope, c.Key, t0)
+			comp := completeAt(result("\x01"+tc.key, ""), t0, t0.Add(time.Hour))
+			comp.Failed = tc.failed
+			err := tx.Commit(t.Context(), comp)
+			rec, ok, gerr := f.s.Get(t.Context(), c.Ref(), t0)
 			if gerr != nil || !ok {
 				t.Fatalf("get = %v %v", ok, gerr)
 			}
 			if tc.stored {
-				if err != nil || rec.State != idem.StateCompleted || rec.Response.Status != tc.status {
+				if err != nil || rec.State != store.Completed || string(rec.Result.Head) != "\x01"+tc.key {
 					t.Fatalf("commit = %v, record %+v", err, rec)
 				}
-			} else if !errors.Is(err, tc.err) || rec.State != idem.StateInProgress {
+			} else if !errors.Is(err, tc.err) || rec.State != store.InProgress {
 				t.Fatalf("commit = %v, record %+v; want %v and the claim in progress", err, rec, tc.err)
 			}
 			if got := f.orderExists(t, 10+i); got != tc.order {
@@ -248,13 +251,13 @@ func TestExactlyOnceFailedStatement(t *testing.T) {
 	if err := f.insert(ctx, 3, "taken"); !errors.As(err, &me) || me.Number != 1062 {
 		t.Fatalf("duplicate insert = %v", err)
 	}
-	if err := tx.Commit(t.Context(), idem.Response{Status: 409}, t0, t0.Add(time.Hour)); err != nil {
+	if err := tx.Commit(t.Context(), failedAt(result("\x01conflict", ""), t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if !f.orderExists(t, 2) || f.orderExists(t, 3) {
 		t.Fatal("want order 2 committed and order 3 refused")
 	}
-	if rec, _, _ := f.s.Get(t.Context(), c.Scope, c.Key, t0); rec.State != idem.StateCompleted || rec.Response.Status != 409 {
+	if rec, _, _ := f.s.Get(t.Context(), c.Ref(), t0); rec.State != store.Completed || string(rec.Result.Head) != "\x01conflict" {
 		t.Fatalf("record %+v", rec)
 	}
 }
@@ -272,7 +275,7 @@ func TestExactlyOnceConcurrent(t *testing.T) {
 				done <- err
 				return
 			}
-			tx, err := f.s.BeginTx(t.Context(), c.Scope, c.Key, c.Token)
+			tx, err := f.s.BeginTx(t.Context(), c.Hold())
 			if err != nil {
 				done <- err
 				return
@@ -281,7 +284,7 @@ func TestExactlyOnceConcurrent(t *testing.T) {
 				done <- err
 				return
 			}
-			done <- tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour))
+			done <- tx.Commit(t.Context(), completeAt(okResult, t0, t0.Add(time.Hour)))
 		}()
 	}
 	for range 32 {
@@ -307,7 +310,7 @@ func TestExactlyOnceBeginContext(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	bctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	tx, err := f.s.BeginTx(bctx, c.Scope, c.Key, c.Token)
+	tx, err := f.s.BeginTx(bctx, c.Hold())
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +319,7 @@ func TestExactlyOnceBeginContext(t *testing.T) {
 	if err := f.insert(tx.Context(t.Context()), 1, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	if err := tx.Commit(t.Context(), completeAt(okResult, t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if !f.orderExists(t, 1) {
@@ -324,7 +327,7 @@ func TestExactlyOnceBeginContext(t *testing.T) {
 	}
 	dead, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := f.s.BeginTx(dead, c.Scope, "other", "tok"); err == nil {
+	if _, err := f.s.BeginTx(dead, hold(c.Scope, "other", "tok")); err == nil {
 		t.Fatal("BeginTx with a cancelled context succeeded")
 	}
 }
@@ -349,7 +352,7 @@ func TestExactlyOnceIsolation(t *testing.T) {
 			if _, err := tc.s.Claim(t.Context(), c); err != nil {
 				t.Fatal(err)
 			}
-			tx, err := tc.s.BeginTx(t.Context(), c.Scope, c.Key, c.Token)
+			tx, err := tc.s.BeginTx(t.Context(), c.Hold())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -431,14 +434,14 @@ func TestExactlyOnceHeartbeatDuringHandler(t *testing.T) {
 func TestExactlyOnceGivesConnectionsBack(t *testing.T) {
 	db := newDB(t, 1)
 	f := newTxFixture(t, db)
-	ok := idem.Response{Status: 200}
+	ok := okResult
 	for _, tc := range []struct {
 		name string
 		run  func(t *testing.T, key string)
 	}{
 		{"commit", func(t *testing.T, key string) {
 			_, _, tx := f.begin(t, key)
-			if err := tx.Commit(t.Context(), ok, t0, t0.Add(time.Hour)); err != nil {
+			if err := tx.Commit(t.Context(), completeAt(ok, t0, t0.Add(time.Hour))); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -448,16 +451,16 @@ func TestExactlyOnceGivesConnectionsBack(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"bad response", func(t *testing.T, key string) {
+		{"bad result", func(t *testing.T, key string) {
 			_, _, tx := f.begin(t, key)
-			if err := tx.Commit(t.Context(), idem.Response{Status: 99}, t0, t0.Add(time.Hour)); err == nil {
-				t.Fatal("a status of 99 was committed")
+			if err := tx.Commit(t.Context(), completeAt(store.Result{}, t0, t0.Add(time.Hour))); err == nil {
+				t.Fatal("a result without a head was committed")
 			}
 		}},
 		{"handler commits", func(t *testing.T, key string) {
 			_, ctx, tx := f.begin(t, key)
 			Tx(ctx).Commit()
-			if err := tx.Commit(t.Context(), ok, t0, t0.Add(time.Hour)); !errors.Is(err, sqlbase.ErrTxFailed) {
+			if err := tx.Commit(t.Context(), completeAt(ok, t0, t0.Add(time.Hour))); !errors.Is(err, sqlbase.ErrTxFailed) {
 				t.Fatal(err)
 			}
 		}},
@@ -467,7 +470,7 @@ func TestExactlyOnceGivesConnectionsBack(t *testing.T) {
 			if err := f.insert(ctx, 7, key); err != nil { // runs in a new transaction
 				t.Fatal(err)
 			}
-			if err := tx.Commit(t.Context(), ok, t0, t0.Add(time.Hour)); !errors.Is(err, ErrRolledBack) {
+			if err := tx.Commit(t.Context(), completeAt(ok, t0, t0.Add(time.Hour))); !errors.Is(err, ErrRolledBack) {
 				t.Fatal(err)
 			}
 			if f.orderExists(t, 7) {
@@ -479,7 +482,7 @@ func TestExactlyOnceGivesConnectionsBack(t *testing.T) {
 			if _, err := f.s.Claim(t.Context(), c); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.s.BeginTx(t.Context(), c.Scope, c.Key, "another"); !errors.Is(err, idem.ErrLeaseLost) {
+			if _, err := f.s.BeginTx(t.Context(), hold(c.Scope, c.Key, "another")); !errors.Is(err, store.ErrLeaseLost) {
 				t.Fatal(err)
 			}
 		}},

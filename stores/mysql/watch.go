@@ -3,13 +3,14 @@ package mysqlstore
 import (
 	"context"
 
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // watchChunk is how many keys one poll statement reads at most.
 const watchChunk = 100
 
-// Watch implements idem.Notifier for the engine's wait mode. MySQL has no
+// Watch implements store.Notifier for the engine's wait mode. MySQL has no
 // LISTEN/NOTIFY, so a waiter is woken in one of two ways:
 //
 //   - A Complete, Release or Delete through this Store wakes the waiters of
@@ -29,8 +30,8 @@ const watchChunk = 100
 // failing poll wakes the waiters of its keys (so the engine polls itself)
 // and is retried on the next tick. Wake-ups may be spurious: a key with no
 // record at all is reported at once. After Close, Watch returns ErrClosed.
-func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
-	return s.watch.Watch(ctx, s.base, sqlbase.WatchKey{Scope: scopeKey(scope), Key: key})
+func (s *Store) Watch(ctx context.Context, r store.Ref) (<-chan struct{}, func(), error) {
+	return s.watch.Watch(ctx, s.base, sqlbase.WatchKey{Scope: scopeKey(r.Scope), Key: r.Key})
 }
 
 // wake fires the waiters of (scope, key) in this process.

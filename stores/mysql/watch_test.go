@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // A waiter is woken by a change made through another Store on the same
@@ -28,11 +28,11 @@ func TestWatch(t *testing.T) {
 		end  func(st *Store, key string) error
 	}{
 		{"complete elsewhere", s2, func(st *Store, key string) error {
-			return st.Complete(ctx, scope, key, "t", idem.Response{Status: 200}, time.Now(), time.Now().Add(time.Hour))
+			return st.Complete(ctx, hold(scope, key, "t"), completeAt(okResult, time.Now(), time.Now().Add(time.Hour)))
 		}},
-		{"release elsewhere", s2, func(st *Store, key string) error { return st.Release(ctx, scope, key, "t") }},
+		{"release elsewhere", s2, func(st *Store, key string) error { return st.Release(ctx, hold(scope, key, "t")) }},
 		{"delete elsewhere", s2, func(st *Store, key string) error {
-			ok, err := st.Delete(ctx, scope, key)
+			ok, err := st.Delete(ctx, ref(scope, key))
 			if err == nil && !ok {
 				err = errors.New("nothing deleted")
 			}
@@ -43,7 +43,7 @@ func TestWatch(t *testing.T) {
 			return err
 		}},
 		{"complete here", s, func(st *Store, key string) error {
-			return st.Complete(ctx, scope, key, "t", idem.Response{Status: 200}, time.Now(), time.Now().Add(time.Hour))
+			return st.Complete(ctx, hold(scope, key, "t"), completeAt(okResult, time.Now(), time.Now().Add(time.Hour)))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,12 +54,12 @@ func TestWatch(t *testing.T) {
 			if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
 				t.Fatal(res, err)
 			}
-			ch, stop, err := s.Watch(ctx, scope, key)
+			ch, stop, err := s.Watch(ctx, ref(scope, key))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer stop()
-			bystander, stop2, err := s.Watch(ctx, scope, key+"-other")
+			bystander, stop2, err := s.Watch(ctx, ref(scope, key+"-other"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func TestWatch(t *testing.T) {
 				t.Fatal("a watch of a key without a record did not fire (spurious, but expected)")
 			}
 			// A failed completion (wrong token) wakes nobody.
-			if err := tc.via.Complete(ctx, scope, key, "wrong", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+			if err := tc.via.Complete(ctx, hold(scope, key, "wrong"), completeAt(okResult, t0, t0.Add(time.Hour))); !errors.Is(err, store.ErrLeaseLost) {
 				t.Fatal(err)
 			}
 			if fired(ch, 100*time.Millisecond) {
@@ -98,7 +98,7 @@ func TestWatchStopsAndCloses(t *testing.T) {
 	if _, err := s.Claim(ctx, claimAt("k", "fp", "t", time.Now(), time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	_, stop, err := s.Watch(ctx, scope, "k")
+	_, stop, err := s.Watch(ctx, ref(scope, "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestWatchStopsAndCloses(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d keys watched after stop", left)
 	}
-	ch, _, err := s.Watch(ctx, scope, "k")
+	ch, _, err := s.Watch(ctx, ref(scope, "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestWatchStopsAndCloses(t *testing.T) {
 	if fired(ch, 50*time.Millisecond) {
 		t.Log("(the open watch fired on close)")
 	}
-	if _, _, err := s.Watch(ctx, scope, "k"); !errors.Is(err, ErrClosed) {
+	if _, _, err := s.Watch(ctx, ref(scope, "k")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Watch after Close = %v, want ErrClosed", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -47,13 +47,13 @@ func TestExtendBatchOneStatement(t *testing.T) {
 	ctx := t.Context()
 	now := time.Now()
 	const n = 50
-	refs := make([]idem.ExtendRef, n)
+	refs := make([]store.Extension, n)
 	for i := range refs {
 		key := "k" + strconv.Itoa(i)
-		if res, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil || !res.Acquired {
+		if res, err := s.Claim(ctx, store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil || !res.Acquired {
 			t.Fatal(res, err)
 		}
-		refs[i] = idem.ExtendRef{Scope: "s", Key: key, Token: "tok", LeaseEnd: now.Add(time.Hour)}
+		refs[i] = store.Extension{Hold: hold("s", key, "tok"), LeaseEnd: now.Add(time.Hour)}
 	}
 	refs[7].Token = "another"
 	db.n.Store(0)
@@ -66,11 +66,11 @@ func TestExtendBatchOneStatement(t *testing.T) {
 			t.Errorf("ref %d: %v", i, err)
 		}
 	}
-	rec, ok, err := s.Get(ctx, "s", "k0", now)
+	rec, ok, err := s.Get(ctx, ref("s", "k0"), now)
 	if err != nil || !ok || rec.LeaseEnd.Before(now.Add(59*time.Minute)) {
 		t.Errorf("k0 after the beat: lease end %v (%v %v), want an hour on", rec.LeaseEnd, ok, err)
 	}
-	rec, _, _ = s.Get(ctx, "s", "k7", now)
+	rec, _, _ = s.Get(ctx, ref("s", "k7"), now)
 	if rec.LeaseEnd.After(now.Add(2 * time.Minute)) {
 		t.Errorf("k7 (wrong token) was extended to %v", rec.LeaseEnd)
 	}

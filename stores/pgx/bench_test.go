@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -30,10 +31,13 @@ func benchStore(b *testing.B, opts ...Option) (*Store, *pgxpool.Pool) {
 	return newStore(b, p, opts...), p
 }
 
-var benchResp = idem.Response{
-	Status: 201,
-	Header: map[string][]string{"Content-Type": {"application/json"}},
-	Body:   []byte(`{"id":"ord_123","status":"paid","amount":4200}`),
+// benchResult is a 201 with a Content-Type and a small JSON body, in the
+// engine's head format (store.LegacyHead builds the same bytes the engine
+// does for an HTTP response): what a store keeps for a typical first
+// request.
+var benchResult = store.Result{
+	Head: store.LegacyHead(201, []byte("\x01\x01\x0cContent-Type\x01\x10application/json")),
+	Body: []byte(`{"id":"ord_123","status":"paid","amount":4200}`),
 }
 
 func benchClaimComplete(b *testing.B, opts ...Option) {
@@ -45,11 +49,11 @@ func benchClaimComplete(b *testing.B, opts ...Option) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		key := "k" + strconv.Itoa(i)
-		res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
+		res, err := s.Claim(ctx, store.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
 		if err != nil || !res.Acquired {
 			b.Fatal(res, err)
 		}
-		if err := s.Complete(ctx, scope, key, "tok", benchResp, now, now.Add(time.Hour)); err != nil {
+		if err := s.Complete(ctx, hold(scope, key, "tok"), completion(benchResult, now, now.Add(time.Hour))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -63,11 +67,11 @@ func BenchmarkReplay(b *testing.B) {
 	ctx := b.Context()
 	scope := idem.Scope("", "POST", "/orders")
 	now := time.Now()
-	c := idem.Claim{Scope: scope, Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
+	c := store.Claim{Scope: scope, Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
 	if _, err := s.Claim(ctx, c); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.Complete(ctx, scope, "k", "tok", benchResp, now, now.Add(time.Hour)); err != nil {
+	if err := s.Complete(ctx, hold(scope, "k", "tok"), completion(benchResult, now, now.Add(time.Hour))); err != nil {
 		b.Fatal(err)
 	}
 	c.Token = "other"
@@ -75,7 +79,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		res, err := s.Claim(ctx, c)
-		if err != nil || res.Acquired || res.Existing.Response == nil {
+		if err != nil || res.Acquired || res.Existing.State != store.Completed {
 			b.Fatal(res, err)
 		}
 	}
@@ -107,10 +111,10 @@ func BenchmarkBareSelect(b *testing.B) {
 	ctx := b.Context()
 	scope := idem.Scope("", "POST", "/orders")
 	now := time.Now()
-	if _, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil {
+	if _, err := s.Claim(ctx, store.Claim{Scope: scope, Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.Complete(ctx, scope, "k", "tok", benchResp, now, now.Add(time.Hour)); err != nil {
+	if err := s.Complete(ctx, hold(scope, "k", "tok"), completion(benchResult, now, now.Add(time.Hour))); err != nil {
 		b.Fatal(err)
 	}
 	sql := `SELECT ` + recordCols + ` FROM ` + quoted(s.Table()) + ` WHERE scope = $1 AND key = $2`
@@ -140,11 +144,11 @@ func BenchmarkRatio(b *testing.B) {
 			now := time.Now()
 			bare := `INSERT INTO ` + quoted(s.Table()) + ` (scope, key, fingerprint, token, state, created_at, lease_end, expires_at)
 				VALUES ($1, $2, $3, $4, 1, $5, $6, $6) ON CONFLICT (scope, key) DO NOTHING RETURNING state`
-			replay := idem.Claim{Scope: scope, Key: "replay", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
+			replay := store.Claim{Scope: scope, Key: "replay", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
 			if _, err := s.Claim(ctx, replay); err != nil {
 				b.Fatal(err)
 			}
-			if err := s.Complete(ctx, scope, "replay", "tok", benchResp, now, now.Add(time.Hour)); err != nil {
+			if err := s.Complete(ctx, hold(scope, "replay", "tok"), completion(benchResult, now, now.Add(time.Hour))); err != nil {
 				b.Fatal(err)
 			}
 			var tBare, tFirst, tReplay time.Duration
@@ -158,11 +162,11 @@ func BenchmarkRatio(b *testing.B) {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
-				res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
+				res, err := s.Claim(ctx, store.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
 				if err != nil || !res.Acquired {
 					b.Fatal(res, err)
 				}
-				if err := s.Complete(ctx, scope, key, "tok", benchResp, now, now.Add(time.Hour)); err != nil {
+				if err := s.Complete(ctx, hold(scope, key, "tok"), completion(benchResult, now, now.Add(time.Hour))); err != nil {
 					b.Fatal(err)
 				}
 				t2 := time.Now()
@@ -202,9 +206,9 @@ func newOrderBench(b *testing.B, opts ...Option) orderBench {
 	reply := func(w http.ResponseWriter) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		w.Write(benchResp.Body)
+		w.Write(benchResult.Body)
 	}
-	engine := func(st idem.Store) func(http.Handler) http.Handler {
+	engine := func(st store.Store) func(http.Handler) http.Handler {
 		e, err := idem.New(st, idem.WithLogger(quietLog))
 		if err != nil {
 			b.Fatal(err)
@@ -321,12 +325,12 @@ func BenchmarkConcurrentNotify(b *testing.B) {
 				for range burst {
 					key := benchKey(int(next.Add(1)))
 					now := time.Now()
-					res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
+					res, err := s.Claim(ctx, store.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
 					if err == nil && !res.Acquired {
 						err = errors.New("not acquired")
 					}
 					if err == nil {
-						err = s.Complete(ctx, scope, key, "tok", benchResp, now, now.Add(time.Hour))
+						err = s.Complete(ctx, hold(scope, key, "tok"), completion(benchResult, now, now.Add(time.Hour)))
 					}
 					if err != nil {
 						b.Error(err)

@@ -1,4 +1,5 @@
-// Package pgxstore is an idem.Store on PostgreSQL, built on
+// Package pgxstore is a store for idem (a store.Store, package
+// github.com/idemkit/idem/core/store) on PostgreSQL, built on
 // github.com/jackc/pgx/v5: durable, shared by every instance of a service,
 // and able to commit a handler's own writes together with the idempotency
 // record (exactly-once mode).
@@ -39,6 +40,13 @@
 // insert, its index entry and commit, and the HOT completion and its
 // commit; schema version 1 wrote 9.2 records and 1,015 bytes (four index
 // entries).
+//
+// A completed record keeps the engine's result (store.Result) as opaque
+// bytes: its Head in the headers column, its Body in body, BodyOmitted in
+// body_omitted, and NULL in status. Rows completed by earlier versions of
+// this package kept an HTTP status in status and their header bytes in
+// headers; they still replay, their head built with store.LegacyHead, so
+// upgrading needs no migration of the rows, and the columns are the same.
 //
 // This is version 2 of the schema. Version 1 (before the waiters column)
 // had an index on expires_at, which made every completion a non-HOT update.
@@ -137,7 +145,7 @@
 //
 // # Notifications
 //
-// For the engine's wait mode the store implements idem.Notifier with
+// For the engine's wait mode the store implements store.Notifier with
 // LISTEN/NOTIFY, paid for only when someone waits. Watch marks the
 // in-progress record (its waiters column; only the first waiter of a
 // claim writes, and the mark's commit does not wait for its flush), and
@@ -169,7 +177,7 @@
 //
 // # Exactly-once mode
 //
-// Store.ExactlyOnce returns a view that implements idem.TxBeginner: the
+// Store.ExactlyOnce returns a view that implements store.TxBeginner: the
 // engine begins a transaction before the handler, the handler writes
 // through Tx(r.Context()) (with Gin, Tx(c.Request.Context()); with Echo,
 // Tx(c.Request().Context())), and the completed record is written in the
@@ -180,9 +188,9 @@
 //
 // The transaction's first statement locks the record's row FOR UPDATE,
 // with the token check (sent with BEGIN, one round trip; a claim taken
-// over meanwhile fails BeginTx with idem.ErrLeaseLost and the handler
+// over meanwhile fails BeginTx with store.ErrLeaseLost and the handler
 // never runs), and the lock lasts until COMMIT or ROLLBACK. So the
-// transaction holds the claim by itself (idem.ClaimHolder): the engine
+// transaction holds the claim by itself (store.ClaimHolder): the engine
 // sends no heartbeat for it, a duplicate past the lease end gets the
 // in-progress record at once instead of taking the key over or waiting,
 // waiters do not write the row, and the sweeper skips it. Nothing but the
@@ -225,10 +233,11 @@
 // abort, answer 5xx: the engine rolls back and releases the key. When a
 // statement fails in the transaction (PostgreSQL then refuses everything
 // until ROLLBACK), or the handler rolls it back, the transaction can no
-// longer commit: an answer of 400 or more is then stored on its own and
-// replayed, with none of the handler's writes (which is what an error
-// answer means), while an answer below 400 fails the commit (the client
-// gets 500 and the key is released). Run a statement that may fail, when
+// longer commit: an answer that says nothing happened (the engine marks it
+// store.Completion.Failed: an HTTP 4xx) is then stored on its own and
+// replayed, with none of the handler's writes (which is what such an
+// answer means), while any other fails the commit (the client gets 500 and
+// the key is released). Run a statement that may fail, when
 // the handler wants to carry on after it, in a savepoint.
 //
 // A first request flushes WAL once, not twice: the claim commits without

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/conformance"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -13,7 +13,7 @@ import (
 func TestEncryption(t *testing.T) {
 	pool := newPool(t)
 	s := newStore(t, pool)
-	for name, store := range map[string]idem.Store{"plain": s, "exactly once": s.ExactlyOnce()} {
+	for name, store := range map[string]store.Store{"plain": s, "exactly once": s.ExactlyOnce()} {
 		t.Run(name, func(t *testing.T) { conformance.RunEncryption(t, store, raw(pool, s)) })
 	}
 }
@@ -35,7 +35,7 @@ func raw(pool *pgxpool.Pool, s *Store) func(t *testing.T, scope, key string) []b
 // exactly-once.
 func TestPaymentOptions(t *testing.T) {
 	s := newStore(t, newPool(t))
-	for name, store := range map[string]idem.Store{"plain": s, "exactly once": s.ExactlyOnce()} {
+	for name, store := range map[string]store.Store{"plain": s, "exactly once": s.ExactlyOnce()} {
 		t.Run(name, func(t *testing.T) { conformance.RunPaymentOptions(t, store) })
 	}
 }

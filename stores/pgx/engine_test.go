@@ -143,7 +143,7 @@ func TestEngineExactlyOnce(t *testing.T) {
 			t.Fatalf("retry: status %d, %d runs", resp.StatusCode, o.runs.Load()-runs)
 		}
 		scope := idem.Scope("", "POST", "/orders")
-		if _, ok, err := o.f.s.Get(t.Context(), scope, "k-dup", time.Now()); err != nil || ok {
+		if _, ok, err := o.f.s.Get(t.Context(), ref(scope, "k-dup"), time.Now()); err != nil || ok {
 			t.Fatalf("record left after failed commits: %v %v", ok, err)
 		}
 	})

@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -112,4 +114,21 @@ func dropTable(tb testing.TB, table string) {
 	if _, err := c.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
 		tb.Errorf("drop %s: %v", table, err)
 	}
+}
+
+func ref(scope, key string) store.Ref { return store.Ref{Scope: scope, Key: key} }
+
+func hold(scope, key, token string) store.Hold {
+	return store.Hold{Ref: ref(scope, key), Token: token}
+}
+
+// result is an outcome as the engine hands it to a store: opaque bytes,
+// here a head that names n and no body. The store never reads them.
+func result(n int) store.Result {
+	return store.Result{Head: []byte("\xf0head " + strconv.Itoa(n))}
+}
+
+// completion completes with r at now, kept until expiresAt.
+func completion(r store.Result, now, expiresAt time.Time) store.Completion {
+	return store.Completion{Result: r, Now: now, ExpiresAt: expiresAt}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // These tests force, with a second transaction, the two interleavings in
@@ -46,7 +46,7 @@ func TestClaimLosesInsertRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := claimRetries.Load()
-	done := make(chan idem.ClaimResult, 1)
+	done := make(chan store.ClaimResult, 1)
 	go func() {
 		res, err := s.Claim(ctx, c) // snapshot without the row; ON CONFLICT waits for tx
 		if err != nil {
@@ -87,7 +87,7 @@ func TestClaimLosesTakeoverRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := claimRetries.Load()
-	done := make(chan idem.ClaimResult, 1)
+	done := make(chan store.ClaimResult, 1)
 	go func() {
 		// Its snapshot shows the abandoned row; the UPDATE waits for tx's
 		// row lock, then re-checks and finds the row live.
@@ -127,7 +127,7 @@ func TestClaimTakeoverRacesDelete(t *testing.T) {
 				t.Fatal(res, err)
 			}
 			if completed {
-				if err := s.Complete(ctx, c.Scope, c.Key, c.Token, idem.Response{Status: 200}, t0, t0.Add(time.Minute)); err != nil {
+				if err := s.Complete(ctx, c.Hold(), completion(result(200), t0, t0.Add(time.Minute))); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -140,7 +140,7 @@ func TestClaimTakeoverRacesDelete(t *testing.T) {
 			if _, err := tx.Exec(ctx, `DELETE FROM `+quoted(s.table)+` WHERE scope = $1 AND key = $2`, []byte(c.Scope), c.Key); err != nil {
 				t.Fatal(err)
 			}
-			done := make(chan idem.ClaimResult, 1)
+			done := make(chan store.ClaimResult, 1)
 			go func() {
 				res, err := s.Claim(ctx, claimAt("k", "fp", "mine", later, time.Minute))
 				if err != nil {
@@ -149,7 +149,7 @@ func TestClaimTakeoverRacesDelete(t *testing.T) {
 				done <- res
 			}()
 			if !completed {
-				if res := <-done; res.Acquired || res.Existing == nil || res.Existing.State != idem.StateInProgress {
+				if res := <-done; res.Acquired || res.Existing == nil || res.Existing.State != store.InProgress {
 					t.Fatalf("claim during the DELETE = %+v; want the in-progress record", res)
 				}
 				if err := tx.Commit(ctx); err != nil {

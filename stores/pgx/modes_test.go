@@ -3,12 +3,11 @@ package pgxstore
 import (
 	"context"
 	"errors"
-	"net/http"
 	"reflect"
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -45,28 +44,30 @@ func testQueryExecMode(t *testing.T, mode pgx.QueryExecMode, level string) {
 	})
 	s := newStore(t, p)
 	ctx := t.Context()
-	c := idem.Claim{Scope: "4:acme4:POST7:/o/{id}", Key: "k", Fingerprint: "\x00f\xff", Token: "t\x00", Now: t0, LeaseEnd: t0.Add(time.Minute)}
+	c := store.Claim{Scope: "4:acme4:POST7:/o/{id}", Key: "k", Fingerprint: "\x00f\xff", Token: "t\x00", Now: t0, LeaseEnd: t0.Add(time.Minute)}
 	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	if err := s.Extend(ctx, c.Scope, c.Key, c.Token, t0, t0.Add(2*time.Minute)); err != nil {
+	if err := s.Extend(ctx, c.Hold(), t0, t0.Add(2*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	resp := idem.Response{Status: 201, Header: http.Header{"A": {"1", "\xff"}}, Body: []byte{0, 1, 2, '\\', 'x'}}
-	if err := s.Complete(ctx, c.Scope, c.Key, c.Token, resp, t0, t0.Add(time.Hour)); err != nil {
+	// Bytes that the text and simple protocols must escape: NUL, a
+	// backslash, non-UTF-8.
+	resp := store.Result{Head: []byte{1, 0, '\\', 'x', 0xff}, Body: []byte{0, 1, 2, '\\', 'x'}}
+	if err := s.Complete(ctx, c.Hold(), completion(resp, t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Claim(ctx, c)
-	if err != nil || res.Acquired || !reflect.DeepEqual(*res.Existing.Response, resp) || res.Existing.Fingerprint != c.Fingerprint {
+	if err != nil || res.Acquired || !reflect.DeepEqual(res.Existing.Result, resp) || res.Existing.Fingerprint != c.Fingerprint {
 		t.Fatalf("replay = %+v %v", res.Existing, err)
 	}
-	if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Release(ctx, c.Hold()); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatal(err)
 	}
 	if n, err := s.DeleteExpired(ctx, t0.Add(time.Hour)); err != nil || n != 1 {
 		t.Fatal(n, err)
 	}
-	if ok, err := s.Delete(ctx, c.Scope, c.Key); err != nil || ok {
+	if ok, err := s.Delete(ctx, c.Ref()); err != nil || ok {
 		t.Fatal(ok, err)
 	}
 	eo := s.ExactlyOnce()
@@ -79,11 +80,11 @@ func testQueryExecMode(t *testing.T, mode pgx.QueryExecMode, level string) {
 	if err := p.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil || sc != "on" {
 		t.Fatalf("synchronous_commit after an exactly-once claim = %q, %v", sc, err)
 	}
-	tx, err := eo.BeginTx(ctx, c.Scope, c.Key, c.Token)
+	tx, err := eo.BeginTx(ctx, c.Hold())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(ctx, resp, t0, t0.Add(time.Hour)); err != nil {
+	if err := tx.Commit(ctx, completion(resp, t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if s.strict.Load() != (level != "") {

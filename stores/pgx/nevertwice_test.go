@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -107,16 +108,16 @@ func TestConformanceIsolation(t *testing.T) {
 		t.Run(iso.name, func(t *testing.T) {
 			t.Run("WithTxOptions", func(t *testing.T) {
 				p := newPool(t, func(c *pgxpool.Config) { c.MaxConns = 16 })
-				conformance.RunStore(t, func(t *testing.T) idem.Store {
+				conformance.RunStore(t, func(t *testing.T) store.Store {
 					return newStore(t, p).ExactlyOnce().WithTxOptions(pgx.TxOptions{IsoLevel: iso.level})
 				})
 			})
 			p := newPool(t, isolationRole(t, iso.name), func(c *pgxpool.Config) { c.MaxConns = 16 })
 			t.Run("role default", func(t *testing.T) {
-				conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, p).ExactlyOnce() })
+				conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, p).ExactlyOnce() })
 			})
 			t.Run("role default, plain", func(t *testing.T) {
-				conformance.RunStore(t, func(t *testing.T) idem.Store { return newStore(t, p) })
+				conformance.RunStore(t, func(t *testing.T) store.Store { return newStore(t, p) })
 			})
 		})
 	}
@@ -526,12 +527,12 @@ func TestHeldClaim(t *testing.T) {
 	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	tx, err := s.BeginTx(ctx, c.Scope, c.Key, c.Token)
+	tx, err := s.BeginTx(ctx, c.Hold())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if h, ok := tx.(idem.ClaimHolder); !ok || !h.HoldsClaim() {
+	if h, ok := tx.(store.ClaimHolder); !ok || !h.HoldsClaim() {
 		t.Fatal("the transaction does not hold its claim")
 	}
 	later := t0.Add(time.Hour) // past the lease end and a lease beyond
@@ -550,7 +551,7 @@ func TestHeldClaim(t *testing.T) {
 	for _, fp := range []string{"fp", "other"} {
 		guard("Claim", func() {
 			res, err := s.Claim(ctx, claimAt("k", fp, "tok-"+fp, later, time.Minute))
-			if err != nil || res.Acquired || res.Existing.State != idem.StateInProgress || res.Existing.Fingerprint != "fp" {
+			if err != nil || res.Acquired || res.Existing.State != store.InProgress || res.Existing.Fingerprint != "fp" {
 				t.Errorf("claim (fingerprint %s) = %+v, %v; want the held in-progress record", fp, res, err)
 			}
 		})
@@ -564,7 +565,7 @@ func TestHeldClaim(t *testing.T) {
 	)
 	guard("Watch", func() {
 		var err error
-		if wake, stop, err = s.Watch(ctx, c.Scope, c.Key); err != nil {
+		if wake, stop, err = s.Watch(ctx, c.Ref()); err != nil {
 			t.Error(err)
 		}
 	})
@@ -584,14 +585,14 @@ func TestHeldClaim(t *testing.T) {
 	if closedNow(wake) {
 		t.Fatal("the watch fired before the commit")
 	}
-	if err := tx.Commit(ctx, idem.Response{Status: 201, Body: []byte("held")}, later, later.Add(time.Hour)); err != nil {
+	if err := tx.Commit(ctx, completion(store.Result{Head: result(201).Head, Body: []byte("held")}, later, later.Add(time.Hour))); err != nil {
 		t.Fatalf("commit = %v", err)
 	}
 	if !closedNow(wake) {
 		t.Error("the commit did not wake this process's waiter")
 	}
 	res, err := s.Claim(ctx, claimAt("k", "fp", "after", later, time.Minute))
-	if err != nil || res.Acquired || res.Existing.State != idem.StateCompleted || string(res.Existing.Response.Body) != "held" {
+	if err != nil || res.Acquired || res.Existing.State != store.Completed || string(res.Existing.Result.Body) != "held" {
 		t.Fatalf("claim after the commit = %+v, %v; want the replay", res, err)
 	}
 }
@@ -607,7 +608,7 @@ func TestBeginTxRefusesReadOnly(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	ro := s.WithTxOptions(pgx.TxOptions{AccessMode: pgx.ReadOnly})
-	if _, err := ro.BeginTx(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, ErrBadOption) {
+	if _, err := ro.BeginTx(ctx, c.Hold()); !errors.Is(err, ErrBadOption) {
 		t.Fatalf("BeginTx with a read-only transaction = %v, want ErrBadOption", err)
 	}
 	p := newPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on" })
@@ -616,15 +617,15 @@ func TestBeginTxRefusesReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	_, err = s2.ExactlyOnce().BeginTx(ctx, c.Scope, c.Key, c.Token)
+	_, err = s2.ExactlyOnce().BeginTx(ctx, c.Hold())
 	if err == nil || !strings.Contains(err.Error(), "default_transaction_read_only") {
 		t.Fatalf("BeginTx in a read-only session = %v", err)
 	}
 	t.Log(err)
 	// The claim is still held, and the pool is clean.
-	if tx, err := s.BeginTx(ctx, c.Scope, c.Key, c.Token); err != nil {
+	if tx, err := s.BeginTx(ctx, c.Hold()); err != nil {
 		t.Fatal(err)
-	} else if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	} else if err := tx.Commit(ctx, completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -673,7 +674,7 @@ func TestStatementsAtReadCommitted(t *testing.T) {
 				if n := writes.Load() - w0; key == "b" && n != 1 {
 					t.Errorf("a claim took %d round trips, want 1", n)
 				}
-				tx, err := s.BeginTx(ctx, c.Scope, c.Key, c.Token)
+				tx, err := s.BeginTx(ctx, c.Hold())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -681,11 +682,11 @@ func TestStatementsAtReadCommitted(t *testing.T) {
 				if err := htx.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&got); err != nil || got != level {
 					t.Fatalf("the handler's transaction runs at %q (%v), want the default %q", got, err, level)
 				}
-				if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+				if err := tx.Commit(ctx, completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 					t.Fatal(err)
 				}
 				w0 = writes.Load()
-				if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+				if err := s.Release(ctx, c.Hold()); !errors.Is(err, store.ErrLeaseLost) {
 					t.Fatalf("release of a completed record = %v", err)
 				}
 				if n := writes.Load() - w0; key == "b" && n != 1 {
@@ -697,22 +698,22 @@ func TestStatementsAtReadCommitted(t *testing.T) {
 			if _, err := s.exec(ctx, "SELECT 1/0"); err == nil {
 				t.Fatal("division by zero succeeded")
 			}
-			if err := s.Extend(ctx, c.Scope, c.Key, c.Token, t0, t0.Add(time.Hour)); err != nil {
+			if err := s.Extend(ctx, c.Hold(), t0, t0.Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok, err := s.Get(ctx, c.Scope, c.Key, t0); err != nil || !ok {
+			if _, ok, err := s.Get(ctx, c.Ref(), t0); err != nil || !ok {
 				t.Fatal(ok, err)
 			}
-			if err := s.Evict(ctx, c.Scope, c.Key, c.Token); err != nil {
+			if err := s.Evict(ctx, c.Hold()); err != nil {
 				t.Fatal(err)
 			}
-			if ok, err := s.Delete(ctx, c.Scope, "a"); err != nil || !ok {
+			if ok, err := s.Delete(ctx, ref(c.Scope, "a")); err != nil || !ok {
 				t.Fatal(ok, err)
 			}
 			if n, err := s.DeleteExpired(ctx, t0.Add(time.Hour)); err != nil || n != 1 {
 				t.Fatal(n, err)
 			}
-			if _, stop, err := s.Watch(ctx, c.Scope, "b"); err != nil {
+			if _, stop, err := s.Watch(ctx, ref(c.Scope, "b")); err != nil {
 				t.Fatal(err)
 			} else {
 				stop()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/puddle/v2"
 )
@@ -28,7 +29,7 @@ var (
 	markTimeout = time.Second
 )
 
-// Watch implements idem.Notifier.
+// Watch implements store.Notifier.
 //
 // The first Watch starts the store's listener: one connection, taken from
 // a *pgxpool.Pool with Acquire and Hijack (so it no longer counts against
@@ -59,7 +60,7 @@ var (
 //
 // With WithNotify(false), or on a DB that is a pgx.Tx, Watch returns a
 // channel that never fires. After Close it returns ErrClosed.
-func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
+func (s *Store) Watch(ctx context.Context, r store.Ref) (<-chan struct{}, func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -71,7 +72,7 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 		return make(chan struct{}), func() {}, nil
 	}
 	w := &watcher{ch: make(chan struct{})}
-	p := payload(scope, key)
+	p := payload(r)
 	l.add(p, w)
 	// While the listener is down the watch is woken when it is back up
 	// (notifications may have been missed); the engine then watches again
@@ -82,7 +83,7 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 		// Tried again at once: after an outage the pool may hand out a
 		// connection that turns out dead, and drops it.
 		for range 3 {
-			if _, err = s.exec(mctx, s.q.mark, []byte(scope), key); err == nil || mctx.Err() != nil {
+			if _, err = s.exec(mctx, s.q.mark, []byte(r.Scope), r.Key); err == nil || mctx.Err() != nil {
 				break
 			}
 		}
@@ -94,17 +95,17 @@ func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, 
 	return w.ch, func() { l.remove(p, w) }, nil
 }
 
-// wakeLocal wakes this process's watchers of (scope, key), after a
+// wakeLocal wakes this process's watchers of the record r names, after a
 // statement of this Store ended the claim: a waiter in the same process is
 // then woken even when its mark was skipped (a live exactly-once
 // transaction held the row) or the record was never marked. Waiters in
 // other processes rely on the mark and the notification, or poll.
-func (s *Store) wakeLocal(scope, key string) {
+func (s *Store) wakeLocal(r store.Ref) {
 	s.lmu.Lock()
 	l := s.listener
 	s.lmu.Unlock()
 	if l != nil {
-		l.wake(payload(scope, key))
+		l.wake(payload(r))
 	}
 }
 

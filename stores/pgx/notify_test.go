@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/conformance"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -28,7 +28,7 @@ func fired(ch <-chan struct{}, within time.Duration) bool {
 // taken afterwards is not woken by the listener coming up.
 func listening(t *testing.T, s *Store) {
 	t.Helper()
-	_, stop, err := s.Watch(t.Context(), "", "")
+	_, stop, err := s.Watch(t.Context(), ref("", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,11 +75,11 @@ func TestWatch(t *testing.T) {
 		end  func(key string) error
 	}{
 		{"complete", func(key string) error {
-			return s2.Complete(ctx, scope, key, "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour))
+			return s2.Complete(ctx, hold(scope, key, "t"), completion(result(200), t0, t0.Add(time.Hour)))
 		}},
-		{"release", func(key string) error { return s2.Release(ctx, scope, key, "t") }},
+		{"release", func(key string) error { return s2.Release(ctx, hold(scope, key, "t")) }},
 		{"delete", func(key string) error {
-			ok, err := s2.Delete(ctx, scope, key)
+			ok, err := s2.Delete(ctx, ref(scope, key))
 			if err == nil && !ok {
 				err = errors.New("nothing deleted")
 			}
@@ -91,12 +91,12 @@ func TestWatch(t *testing.T) {
 			if res, err := s.Claim(ctx, claimAt(key, "fp", "t", t0, time.Minute)); err != nil || !res.Acquired {
 				t.Fatal(res, err)
 			}
-			ch, stop, err := s.Watch(ctx, scope, key)
+			ch, stop, err := s.Watch(ctx, ref(scope, key))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer stop()
-			bystander, stop2, err := s.Watch(ctx, scope, key+"-other")
+			bystander, stop2, err := s.Watch(ctx, ref(scope, key+"-other"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestWatch(t *testing.T) {
 				t.Fatal("fired before the record changed")
 			}
 			// A failed completion (wrong token) notifies nobody.
-			if err := s2.Complete(ctx, scope, key, "wrong", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+			if err := s2.Complete(ctx, hold(scope, key, "wrong"), completion(result(200), t0, t0.Add(time.Hour))); !errors.Is(err, store.ErrLeaseLost) {
 				t.Fatal(err)
 			}
 			if fired(ch, 100*time.Millisecond) {
@@ -153,7 +153,7 @@ func TestWatchListenerReconnects(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	listening(t, s)
-	ch, stop, err := s.Watch(ctx, scope, "k")
+	ch, stop, err := s.Watch(ctx, ref(scope, "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestWatchListenerReconnects(t *testing.T) {
 	}
 	// Wait until the listener is back.
 	waitUp(t, s)
-	ch, stop, err = s.Watch(ctx, scope, "k")
+	ch, stop, err = s.Watch(ctx, ref(scope, "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestWatchListenerReconnects(t *testing.T) {
 	if fired(ch, 50*time.Millisecond) {
 		t.Fatal("spurious wake after reconnect")
 	}
-	if err := s.Complete(ctx, scope, "k", "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	if err := s.Complete(ctx, hold(scope, "k", "t"), completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if !fired(ch, 5*time.Second) {
@@ -199,19 +199,19 @@ func TestWatchDisabledAndClosed(t *testing.T) {
 	if res, err := s.Claim(ctx, claimAt("k", "fp", "t", t0, time.Minute)); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	ch, stop, err := s.Watch(ctx, scope, "k")
+	ch, stop, err := s.Watch(ctx, ref(scope, "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	if err := s.Complete(ctx, scope, "k", "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	if err := s.Complete(ctx, hold(scope, "k", "t"), completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if fired(ch, 100*time.Millisecond) {
 		t.Fatal("fired with notifications off")
 	}
 	s.Close()
-	if _, _, err := s.Watch(ctx, scope, "k"); !errors.Is(err, ErrClosed) {
+	if _, _, err := s.Watch(ctx, ref(scope, "k")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Watch after Close = %v", err)
 	}
 }
@@ -253,7 +253,7 @@ func TestWatchDoesNotWaitForListener(t *testing.T) {
 	watch := func(key string) <-chan struct{} {
 		t.Helper()
 		start := time.Now()
-		ch, stop, err := s.Watch(ctx, scope, key)
+		ch, stop, err := s.Watch(ctx, ref(scope, key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestWatchDoesNotWaitForListener(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	ch := watch("c")
-	if err := direct.Release(ctx, scope, "c", "t"); err != nil {
+	if err := direct.Release(ctx, hold(scope, "c", "t")); err != nil {
 		t.Fatal(err)
 	}
 	if !fired(ch, 5*time.Second) {
@@ -313,7 +313,7 @@ func TestListenerStopsWhenPoolClosed(t *testing.T) {
 	s := newStore(t, p, WithLogger(slog.New(countHandler{&warns})))
 	ctx := t.Context()
 	listening(t, s)
-	ch, stop, err := s.Watch(ctx, "s", "k")
+	ch, stop, err := s.Watch(ctx, ref("s", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestListenerStopsWhenPoolClosed(t *testing.T) {
 	// Watch still answers, at once, with a watch that never fires (the
 	// engine polls).
 	start := time.Now()
-	ch, stop2, err := s.Watch(ctx, "s", "k")
+	ch, stop2, err := s.Watch(ctx, ref("s", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,10 +392,10 @@ func TestNotifyOnlyWhenWaited(t *testing.T) {
 	listening(t, s)
 	ends := map[string]func(key string) error{
 		"complete": func(key string) error {
-			return s.Complete(ctx, scope, key, "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour))
+			return s.Complete(ctx, hold(scope, key, "t"), completion(result(200), t0, t0.Add(time.Hour)))
 		},
-		"release": func(key string) error { return s.Release(ctx, scope, key, "t") },
-		"delete":  func(key string) error { _, err := s.Delete(ctx, scope, key); return err },
+		"release": func(key string) error { return s.Release(ctx, hold(scope, key, "t")) },
+		"delete":  func(key string) error { _, err := s.Delete(ctx, ref(scope, key)); return err },
 	}
 	for name, end := range ends {
 		for _, waited := range []bool{false, true} {
@@ -405,7 +405,7 @@ func TestNotifyOnlyWhenWaited(t *testing.T) {
 			}
 			if waited {
 				for range 3 { // only the first watch writes the mark
-					_, stop, err := s.Watch(ctx, scope, key)
+					_, stop, err := s.Watch(ctx, ref(scope, key))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -446,18 +446,18 @@ func TestWatchMarkRace(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			<-start
-			done <- s.Complete(ctx, scope, key, "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour))
+			done <- s.Complete(ctx, hold(scope, key, "t"), completion(result(200), t0, t0.Add(time.Hour)))
 		}()
 		close(start)
-		ch, stop, err := s.Watch(ctx, scope, key)
+		ch, stop, err := s.Watch(ctx, ref(scope, key))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, ok, err := s.Get(ctx, scope, key, t0)
+		rec, ok, err := s.Get(ctx, ref(scope, key), t0)
 		if err != nil || !ok {
 			t.Fatal(rec, ok, err)
 		}
-		if rec.State == idem.StateCompleted {
+		if rec.State == store.Completed {
 			sawDone++
 		} else if fired(ch, 5*time.Second) {
 			woken++

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/conformance"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -132,7 +132,7 @@ func TestOutageRecovery(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	listening(t, s)
-	ch, stop, err := s.Watch(ctx, scope, "a")
+	ch, stop, err := s.Watch(ctx, ref(scope, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestOutageRecovery(t *testing.T) {
 	}
 
 	px.Set(conformance.ProxyUp)
-	var res idem.ClaimResult
+	var res store.ClaimResult
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -167,18 +167,18 @@ func TestOutageRecovery(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err != nil || res.Acquired || res.Existing.State != idem.StateInProgress {
+	if err != nil || res.Acquired || res.Existing.State != store.InProgress {
 		t.Fatalf("after the outage: %+v %v", res, err)
 	}
 	// The listener is back too.
 	var ch2 <-chan struct{}
 	waitUp(t, s)
-	ch2, stop2, err := s.Watch(ctx, scope, "a")
+	ch2, stop2, err := s.Watch(ctx, ref(scope, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop2()
-	if err := direct.Complete(ctx, scope, "a", "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	if err := direct.Complete(ctx, hold(scope, "a", "t"), completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if !fired(ch2, 5*time.Second) {

@@ -8,20 +8,20 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // claimers runs n concurrent claims of one key at now and returns how many
 // acquired and the records the others got.
-func claimers(t *testing.T, s *Store, n int, key string, now time.Time) (int, []*idem.Record) {
+func claimers(t *testing.T, s *Store, n int, key string, now time.Time) (int, []*store.Record) {
 	t.Helper()
 	var (
 		wg       sync.WaitGroup
 		acquired atomic.Int32
 		mu       sync.Mutex
-		existing []*idem.Record
+		existing []*store.Record
 		start    = make(chan struct{})
 	)
 	for i := range n {
@@ -63,7 +63,7 @@ func TestClaimRaceNewKey(t *testing.T) {
 			t.Fatalf("round %d: %d acquired, %d existing; want 1 and 63", round, won, len(existing))
 		}
 		for _, r := range existing {
-			if r == nil || r.State != idem.StateInProgress || !r.ExpiresAt.After(t0) {
+			if r == nil || r.State != store.InProgress || !r.ExpiresAt.After(t0) {
 				t.Fatalf("round %d: existing %+v", round, r)
 			}
 		}
@@ -87,7 +87,7 @@ func TestClaimRaceExpiredRow(t *testing.T) {
 				t.Fatal(res, err)
 			}
 			if completed {
-				if err := s.Complete(ctx, c.Scope, key, "old", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+				if err := s.Complete(ctx, hold(c.Scope, key, "old"), completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -96,7 +96,7 @@ func TestClaimRaceExpiredRow(t *testing.T) {
 				t.Fatalf("%s: %d acquired, %d existing; want 1 and 63", key, won, len(existing))
 			}
 			for _, r := range existing {
-				if r.State != idem.StateInProgress || r.Fingerprint != "fp" || !r.CreatedAt.Equal(later) {
+				if r.State != store.InProgress || r.Fingerprint != "fp" || !r.CreatedAt.Equal(later) {
 					t.Fatalf("%s: a loser saw %+v, not the winner's claim", key, r)
 				}
 			}

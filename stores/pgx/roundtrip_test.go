@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -67,7 +66,7 @@ func TestStatementsPerStep(t *testing.T) {
 						return err
 					}},
 					{"complete", func() error {
-						return s.Complete(ctx, scope, a, "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour))
+						return s.Complete(ctx, hold(scope, a, "t"), completion(result(200), t0, t0.Add(time.Hour)))
 					}},
 					{"replay", func() error {
 						res, err := s.Claim(ctx, claimAt(a, "fp", "u", t0, time.Minute))
@@ -78,7 +77,7 @@ func TestStatementsPerStep(t *testing.T) {
 					}},
 					{"claim b", func() error { _, err := s.Claim(ctx, claimAt(b, "fp", "t", t0, time.Minute)); return err }},
 					{"409", func() error { _, err := s.Claim(ctx, claimAt(b, "fp", "u", t0, time.Minute)); return err }},
-					{"release", func() error { return s.Release(ctx, scope, b, "t") }},
+					{"release", func() error { return s.Release(ctx, hold(scope, b, "t")) }},
 					{"expired takeover", func() error {
 						res, err := s.Claim(ctx, claimAt(a, "fp", "v", t0.Add(2*time.Hour), time.Minute))
 						if err == nil && !res.Acquired {
@@ -157,7 +156,7 @@ func TestStatementsExactlyOnce(t *testing.T) {
 		}
 		tr.take()
 		w0 := writes.Load()
-		tx, err := s.BeginTx(ctx, c.Scope, c.Key, c.Token)
+		tx, err := s.BeginTx(ctx, c.Hold())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +167,7 @@ func TestStatementsExactlyOnce(t *testing.T) {
 			t.Errorf("BeginTx ran %q outside its batch", got)
 		}
 		w0 = writes.Load()
-		if err := tx.Commit(ctx, idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+		if err := tx.Commit(ctx, completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 			t.Fatal(err)
 		}
 		if got := tr.take(); len(got) != 2 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -50,7 +51,7 @@ func BenchmarkScale(b *testing.B) {
 	for b.Loop() {
 		now := time.Now()
 		for j, s := range stores {
-			c := idem.Claim{Scope: scope, Key: benchKey(1<<40 + iters), Fingerprint: scaleFingerprint, Token: scaleToken, Now: now, LeaseEnd: now.Add(time.Minute)}
+			c := store.Claim{Scope: scope, Key: benchKey(1<<40 + iters), Fingerprint: scaleFingerprint, Token: scaleToken, Now: now, LeaseEnd: now.Add(time.Minute)}
 			t0 := time.Now()
 			res, err := s.Claim(ctx, c)
 			t1 := time.Now()
@@ -66,7 +67,7 @@ func BenchmarkScale(b *testing.B) {
 			c.Key = benchKey(rng.IntN(sizes[j]))
 			res, err = s.Claim(ctx, c)
 			t3 := time.Now()
-			if err != nil || res.Acquired || res.Existing.Response == nil {
+			if err != nil || res.Acquired || res.Existing.State != store.Completed {
 				b.Fatal(res, err)
 			}
 			claimT[j] += t1.Sub(t0)
@@ -127,7 +128,6 @@ func filledStore(b *testing.B, p *pgxpool.Pool, n int) *Store {
 		b.Fatal(err)
 	}
 	scope := []byte(idem.Scope("", "POST", "/orders"))
-	headers := idem.AppendHeader(nil, benchResp.Header)
 	created := time.Now()
 	expires := created.Add(365 * 24 * time.Hour)
 	i := 0
@@ -135,8 +135,8 @@ func filledStore(b *testing.B, p *pgxpool.Pool, n int) *Store {
 		if i == n {
 			return nil, nil
 		}
-		row := []any{scope, benchKey(i), []byte(scaleFingerprint), []byte(scaleToken), created, int16(idem.StateCompleted),
-			nil, expires, int32(benchResp.Status), false, headers, benchResp.Body, false}
+		row := []any{scope, benchKey(i), []byte(scaleFingerprint), []byte(scaleToken), created, int16(store.Completed),
+			nil, expires, nil, false, benchResult.Head, benchResult.Body, false}
 		i++
 		return row, nil
 	})

@@ -9,10 +9,13 @@
 -- scope, fingerprint and token are bytea because the store treats them as
 -- opaque bytes (text cannot hold NUL or invalid UTF-8); key is printable
 -- ASCII and compared byte-wise (COLLATE "C", immune to libc collation
--- changes). headers is bytea in the store's own length-prefixed format, which
--- keeps every header value exactly (jsonb cannot hold NUL or non-UTF-8
--- obs-text). Times are the engine's clock, never the server's: lease_end and
--- expires_at are rounded up and "now" down to the microsecond.
+-- changes). A completed record keeps the engine's result as it encoded it:
+-- its head (the kind of outcome and, for HTTP, the status and headers) in
+-- headers and its payload in body, bytes the store never parses, with status
+-- NULL. A row completed by an earlier version keeps its HTTP status in status
+-- and that version's header bytes in headers, and still replays. Times are
+-- the engine's clock, never the server's: lease_end and expires_at are
+-- rounded up and "now" down to the microsecond.
 --
 -- The primary key is the only index, and a completion changes none of its
 -- columns, so completing a record is a HOT update: the new row version goes
@@ -30,9 +33,9 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     state        smallint    NOT NULL,  -- 1 in progress, 2 completed
     lease_end    timestamptz,           -- NULL once completed
     expires_at   timestamptz NOT NULL,
-    status       integer,               -- set when completed
+    status       integer,               -- NULL; set in rows completed by earlier versions
     body_omitted boolean     NOT NULL DEFAULT false,
-    headers      bytea,                 -- set when completed; NULL for nil headers
+    headers      bytea,                 -- the result's head; set when completed
     body         bytea,                 -- set when completed; NULL for a nil body
     waiters      boolean     NOT NULL DEFAULT false,  -- a waiter wants a notification
     PRIMARY KEY (scope, key)

@@ -3,13 +3,14 @@ package pgxstore
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -218,16 +219,17 @@ func TestCreateSchemaUpgradesVersion1(t *testing.T) {
 	}
 
 	res, err := s.Claim(ctx, claimAt("done", "fp", "u", t0.Add(time.Minute), time.Minute))
-	if err != nil || res.Acquired || res.Existing.State != idem.StateCompleted || string(res.Existing.Response.Body) != "ok" {
+	if err != nil || res.Acquired || res.Existing.State != store.Completed || string(res.Existing.Result.Body) != "ok" ||
+		!reflect.DeepEqual(res.Existing.Result.Head, store.LegacyHead(201, nil)) {
 		t.Fatalf("replay of a version 1 record: %+v %v", res, err)
 	}
 	listening(t, s)
-	ch, stop, err := s.Watch(ctx, scope, "busy")
+	ch, stop, err := s.Watch(ctx, ref(scope, "busy"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	if err := s.Complete(ctx, scope, "busy", "t", idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	if err := s.Complete(ctx, hold(scope, "busy", "t"), completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if !fired(ch, 5*time.Second) {

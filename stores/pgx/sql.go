@@ -119,15 +119,18 @@ const (
 	claimNoSyncValues = `(VALUES (set_config('synchronous_commit', 'off', true)))`
 )
 
-// completeSQL: $1 scope, $2 key, $3 token, $4 status, $5 headers, $6 body,
-// $7 body omitted, $8 expires at. It changes no column of the primary key,
-// so it is a HOT update whenever the page has room. It does not look at
-// the lease: a claim whose lease ended still belongs to its token until
+// completeSQL: $1 scope, $2 key, $3 token, $4 the result's head, $5 its
+// body, $6 body omitted, $7 expires at. The head goes in the headers
+// column, and status stays NULL: a status there marks a row completed
+// before results were opaque, whose headers column holds that version's
+// header bytes (see rawRecord.record). It changes no column of the primary
+// key, so it is a HOT update whenever the page has room. It does not look
+// at the lease: a claim whose lease ended still belongs to its token until
 // another claim takes the key over, which changes the token. The token
 // stays, for Evict. The statements that end a claim are sent with Exec:
 // the command tag tells how many rows changed.
-const completeSQL = `UPDATE {{t}} SET state = 2, status = $4::integer, headers = $5::bytea, body = $6::bytea,
-    body_omitted = $7::boolean, lease_end = NULL, expires_at = $8::timestamptz
+const completeSQL = `UPDATE {{t}} SET state = 2, status = NULL, headers = $4::bytea, body = $5::bytea,
+    body_omitted = $6::boolean, lease_end = NULL, expires_at = $7::timestamptz
 WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1`
 
 // releaseSQL: $1 scope, $2 key, $3 token.
@@ -246,7 +249,7 @@ RETURNING r.scope, r.key`
 // it lives nothing else writes the row: a claim past the lease end finds
 // it held (see claimSQL), a waiter does not mark it (markSQL), the
 // sweeper skips it (deleteExpiredSQL), and the engine sends no heartbeat
-// (the Tx is an idem.ClaimHolder). So the completion the transaction
+// (the Tx is a store.ClaimHolder). So the completion the transaction
 // writes at its end never meets a row version newer than its snapshot, at
 // any isolation level, and needs no pooled connection besides its own. A
 // crash ends the transaction, and the lock, with its connection.
@@ -268,7 +271,7 @@ func newQueries(table string) queries {
 		claim:             f(strings.Replace(claimSQL, "{{one}}", claimValues, 1)),
 		claimNoSync:       f(strings.Replace(claimSQL, "{{one}}", claimNoSyncValues, 1)),
 		complete:          f(completeSQL),
-		completeNotify:    f(notifying(completeSQL, "$9::text, $10::text")),
+		completeNotify:    f(notifying(completeSQL, "$8::text, $9::text")),
 		release:           f(releaseSQL),
 		releaseNotify:     f(notifying(releaseSQL, "$4::text, $5::text")),
 		mark:              f(markSQL),

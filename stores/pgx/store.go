@@ -13,6 +13,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,8 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Errors the store returns besides those of idem. Callers test with
-// errors.Is.
+// Errors the store returns besides those of package store. Callers test
+// with errors.Is.
 var (
 	// ErrBadOption is wrapped by the error New (or Schema) returns for an
 	// option it cannot use: a table name that does not match
@@ -76,6 +77,7 @@ type config struct {
 	sqlbase.Options
 	sweepSet bool // WithSweepInterval was given
 	notify   bool
+	async    bool // WithAsyncClaims
 }
 
 // WithTable sets the table the store uses. The default is DefaultTable
@@ -110,6 +112,22 @@ func WithNotify(enabled bool) Option {
 	return func(c *config) { c.notify = enabled }
 }
 
+// WithAsyncClaims makes a plain store's claims commit without waiting for
+// their WAL flush (synchronous_commit off for the claim's statement
+// alone), so that a first request flushes WAL once, at its completion,
+// not twice: WAL is flushed in order, so the completion's flush makes the
+// claim durable too. It is off by default, because it changes what a
+// crash of the database server allows: a claim taken within about three
+// wal_writer_delay (600 ms by default) before the crash may be lost, and
+// a retry after the server is back then runs the handler again even though
+// the first run may still be going on (on a live instance that outlived
+// the database). Replays, conflicts and completions are unaffected.
+// Exactly-once mode (ExactlyOnce) always claims so, since there the crash
+// also ends the handler's transaction. See "Durability" in README.
+func WithAsyncClaims() Option {
+	return func(c *config) { c.async = true }
+}
+
 // WithLogger sets where the background sweeper and the listener report
 // errors they cannot return. The default is slog.Default(); nil discards
 // them.
@@ -117,10 +135,17 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.Logger = l }
 }
 
-// Store is an idem.Store on PostgreSQL. It implements idem.Getter,
-// idem.Deleter, idem.ExpiredDeleter, idem.Extender, idem.Evicter,
-// idem.Clock and idem.Notifier; ExactlyOnce returns a view of it that also
-// implements idem.TxBeginner.
+// Store is a store.Store on PostgreSQL. It implements store.Getter,
+// store.Deleter, store.ExpiredDeleter, store.Extender, store.BatchExtender,
+// store.Evicter, store.Clock and store.Notifier; ExactlyOnce returns a view
+// of it that also implements store.TxBeginner.
+//
+// A completed record keeps the engine's store.Result byte for byte: its
+// Head in the headers column, its Body in body, BodyOmitted in
+// body_omitted, and NULL in status. A row completed by an earlier version
+// of this package, with an HTTP status in status and that version's header
+// bytes in headers, reads back with store.LegacyHead as its Head, and the
+// engine replays it as before.
 //
 // Claim, Complete, Release, Get, Delete, Evict, Extend and Now each run one
 // statement, which commits on its own (Claim runs its statement a second
@@ -145,15 +170,15 @@ type Store struct {
 }
 
 var (
-	_ idem.Store          = (*Store)(nil)
-	_ idem.Getter         = (*Store)(nil)
-	_ idem.Deleter        = (*Store)(nil)
-	_ idem.ExpiredDeleter = (*Store)(nil)
-	_ idem.Extender       = (*Store)(nil)
-	_ idem.BatchExtender  = (*Store)(nil)
-	_ idem.Evicter        = (*Store)(nil)
-	_ idem.Clock          = (*Store)(nil)
-	_ idem.Notifier       = (*Store)(nil)
+	_ store.Store          = (*Store)(nil)
+	_ store.Getter         = (*Store)(nil)
+	_ store.Deleter        = (*Store)(nil)
+	_ store.ExpiredDeleter = (*Store)(nil)
+	_ store.Extender       = (*Store)(nil)
+	_ store.BatchExtender  = (*Store)(nil)
+	_ store.Evicter        = (*Store)(nil)
+	_ store.Clock          = (*Store)(nil)
+	_ store.Notifier       = (*Store)(nil)
 )
 
 // New returns a Store that keeps its records in db. It does not touch the
@@ -204,17 +229,23 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Claim implements idem.Store in one statement (see the package doc for
+// Claim implements store.Store in one statement (see the package doc for
 // the SQL and why it is race-safe and writes nothing unless it takes the
-// key). An in-progress record whose lease has ended is not taken over
+// key; with WithAsyncClaims, without waiting for its WAL flush). An
+// in-progress record whose lease has ended is not taken over
 // while a live exactly-once transaction holds it: Claim returns it, in
 // progress, after a second look, without waiting for that transaction.
-func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
+	if s.cfg.async {
+		if _, inTx := s.db.(pgx.Tx); !inTx {
+			return s.claim(ctx, s.q.claimNoSync, c)
+		}
+	}
 	return s.claim(ctx, s.q.claim, c)
 }
 
 // claim runs the claim statement sql (claimSQL in one of its two forms).
-func (s *Store) claim(ctx context.Context, sql string, c idem.Claim) (idem.ClaimResult, error) {
+func (s *Store) claim(ctx context.Context, sql string, c store.Claim) (store.ClaimResult, error) {
 	now := sqlbase.FloorMicro(c.Now)
 	leaseEnd := sqlbase.CeilMicro(c.LeaseEnd)
 	scope := []byte(c.Scope)
@@ -241,18 +272,18 @@ func (s *Store) claim(ctx context.Context, sql string, c idem.Claim) (idem.Claim
 			continue
 		}
 		if err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("pgxstore: claim: %w", err)
+			return store.ClaimResult{}, fmt.Errorf("pgxstore: claim: %w", err)
 		}
 		if acquired {
-			return idem.ClaimResult{Acquired: true}, nil
+			return store.ClaimResult{Acquired: true}, nil
 		}
 		if found {
 			rec, err := r.record()
 			if err != nil {
-				return idem.ClaimResult{}, fmt.Errorf("pgxstore: claim, key %q: %w", c.Key, err)
+				return store.ClaimResult{}, fmt.Errorf("pgxstore: claim, key %q: %w", c.Key, err)
 			}
 			if !rec.Takeable(now) || (isHeld && held) {
-				return idem.ClaimResult{Existing: &rec}, nil
+				return store.ClaimResult{Existing: &rec}, nil
 			}
 			// A row locked FOR UPDATE is a live transaction's claim, or a
 			// DELETE in flight: a second look tells them apart, since the
@@ -264,33 +295,32 @@ func (s *Store) claim(ctx context.Context, sql string, c idem.Claim) (idem.Claim
 		// snapshot showed. A fresh statement sees the outcome.
 		claimRetries.Add(1)
 	}
-	return idem.ClaimResult{}, fmt.Errorf("pgxstore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
+	return store.ClaimResult{}, fmt.Errorf("pgxstore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
 }
 
-// Complete implements idem.Store in one statement.
-func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
-	n, err := retry(func() (int64, error) { return s.complete(ctx, nil, scope, key, token, resp, expiresAt) })
+// Complete implements store.Store in one statement. The result's Head
+// goes in the headers column, its Body in body (NULL for a nil Body), and
+// status is left NULL.
+func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
+	n, err := retry(func() (int64, error) { return s.complete(ctx, nil, h, c) })
 	if err := sqlbase.WriteResult("pgxstore", "complete", n, err); err != nil {
 		return err
 	}
-	s.wakeLocal(scope, key)
+	s.wakeLocal(h.Ref)
 	return nil
 }
 
 // complete runs completeSQL in the transaction in, or on its own when in
-// is nil. now plays no part: a claim is its token's until another claim
-// takes the key over and changes the token.
-func (s *Store) complete(ctx context.Context, in pgx.Tx, scope, key, token string, resp idem.Response, expiresAt time.Time) (int64, error) {
-	var header []byte // NULL for a nil header
-	if resp.Header != nil {
-		header = idem.AppendHeader(nil, resp.Header)
-	}
-	args := []any{[]byte(scope), key, []byte(token), resp.Status, header, resp.Body,
-		resp.BodyOmitted, sqlbase.CeilMicro(expiresAt)}
+// is nil. c.Now plays no part: a claim is its token's until another claim
+// takes the key over and changes the token. pgx has sent c.Result's bytes
+// by the time it returns, so the caller may reuse them.
+func (s *Store) complete(ctx context.Context, in pgx.Tx, h store.Hold, c store.Completion) (int64, error) {
+	args := []any{[]byte(h.Scope), h.Key, []byte(h.Token), c.Result.Head, c.Result.Body,
+		c.Result.BodyOmitted, sqlbase.CeilMicro(c.ExpiresAt)}
 	sql := s.q.complete
 	if s.cfg.notify {
 		sql = s.q.completeNotify
-		args = append(args, s.channel, payload(scope, key))
+		args = append(args, s.channel, payload(h.Ref))
 	}
 	if in != nil {
 		return execCount(ctx, in, sql, args...)
@@ -298,93 +328,93 @@ func (s *Store) complete(ctx context.Context, in pgx.Tx, scope, key, token strin
 	return s.exec(ctx, sql, args...)
 }
 
-// Release implements idem.Store in one statement.
-func (s *Store) Release(ctx context.Context, scope, key, token string) error {
+// Release implements store.Store in one statement.
+func (s *Store) Release(ctx context.Context, h store.Hold) error {
 	var (
 		n   int64
 		err error
 	)
 	if s.cfg.notify {
 		n, err = retry(func() (int64, error) {
-			return s.exec(ctx, s.q.releaseNotify, []byte(scope), key, []byte(token), s.channel, payload(scope, key))
+			return s.exec(ctx, s.q.releaseNotify, []byte(h.Scope), h.Key, []byte(h.Token), s.channel, payload(h.Ref))
 		})
 	} else {
-		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.release, []byte(scope), key, []byte(token)) })
+		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.release, []byte(h.Scope), h.Key, []byte(h.Token)) })
 	}
 	if err := sqlbase.WriteResult("pgxstore", "release", n, err); err != nil {
 		return err
 	}
-	s.wakeLocal(scope, key)
+	s.wakeLocal(h.Ref)
 	return nil
 }
 
-// Get implements idem.Getter in one statement.
-func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
-	var r rawRecord
-	err := s.queryRow(ctx, s.q.get, []any{[]byte(scope), key, sqlbase.FloorMicro(now)},
-		&r.fingerprint, &r.state, &r.status, &r.headers, &r.body, &r.bodyOmitted,
-		&r.createdAt, &r.leaseEnd, &r.expiresAt)
+// Get implements store.Getter in one statement.
+func (s *Store) Get(ctx context.Context, r store.Ref, now time.Time) (store.Record, bool, error) {
+	var row rawRecord
+	err := s.queryRow(ctx, s.q.get, []any{[]byte(r.Scope), r.Key, sqlbase.FloorMicro(now)},
+		&row.fingerprint, &row.state, &row.status, &row.headers, &row.body, &row.bodyOmitted,
+		&row.createdAt, &row.leaseEnd, &row.expiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return idem.Record{}, false, nil
+		return store.Record{}, false, nil
 	}
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("pgxstore: get: %w", err)
+		return store.Record{}, false, fmt.Errorf("pgxstore: get: %w", err)
 	}
-	rec, err := r.record()
+	rec, err := row.record()
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("pgxstore: get, key %q: %w", key, err)
+		return store.Record{}, false, fmt.Errorf("pgxstore: get, key %q: %w", r.Key, err)
 	}
 	return rec, true, nil
 }
 
-// Delete implements idem.Deleter in one statement. It reports whether a
+// Delete implements store.Deleter in one statement. It reports whether a
 // row was there, expired or not, and wakes watchers of the key. A record
 // that an exactly-once transaction holds is deleted once that transaction
 // ends (the DELETE waits for its lock, within ctx).
-func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
+func (s *Store) Delete(ctx context.Context, r store.Ref) (bool, error) {
 	var (
 		n   int64
 		err error
 	)
 	if s.cfg.notify {
 		n, err = retry(func() (int64, error) {
-			return s.exec(ctx, s.q.deleteNotify, []byte(scope), key, s.channel, payload(scope, key))
+			return s.exec(ctx, s.q.deleteNotify, []byte(r.Scope), r.Key, s.channel, payload(r))
 		})
 	} else {
-		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.delete, []byte(scope), key) })
+		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.delete, []byte(r.Scope), r.Key) })
 	}
 	if err != nil {
 		return false, fmt.Errorf("pgxstore: delete: %w", err)
 	}
 	if n > 0 {
-		s.wakeLocal(scope, key)
+		s.wakeLocal(r)
 	}
 	return n > 0, nil
 }
 
-// Evict implements idem.Evicter in one statement: it deletes the record,
-// in progress or completed, only while it holds token, and wakes watchers
-// of the key.
-func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
+// Evict implements store.Evicter in one statement: it deletes the record,
+// in progress or completed, only while it holds h.Token, and wakes
+// watchers of the key.
+func (s *Store) Evict(ctx context.Context, h store.Hold) error {
 	var (
 		n   int64
 		err error
 	)
 	if s.cfg.notify {
 		n, err = retry(func() (int64, error) {
-			return s.exec(ctx, s.q.evictNotify, []byte(scope), key, []byte(token), s.channel, payload(scope, key))
+			return s.exec(ctx, s.q.evictNotify, []byte(h.Scope), h.Key, []byte(h.Token), s.channel, payload(h.Ref))
 		})
 	} else {
-		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.evict, []byte(scope), key, []byte(token)) })
+		n, err = retry(func() (int64, error) { return s.exec(ctx, s.q.evict, []byte(h.Scope), h.Key, []byte(h.Token)) })
 	}
 	if err := sqlbase.WriteResult("pgxstore", "evict", n, err); err != nil {
 		return err
 	}
-	s.wakeLocal(scope, key)
+	s.wakeLocal(h.Ref)
 	return nil
 }
 
-// Now implements idem.Clock: the database server's clock_timestamp(), the
+// Now implements store.Clock: the database server's clock_timestamp(), the
 // time of the call (now() would be the start of its transaction). Every
 // instance that shares the database then judges leases on one clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
@@ -395,7 +425,7 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
-// DeleteExpired implements idem.ExpiredDeleter. It reads the whole table,
+// DeleteExpired implements store.ExpiredDeleter. It reads the whole table,
 // 1024 pages per statement, and returns how many rows it removed: the
 // completed records expired at now, and the in-progress ones whose lease
 // ended at least a lease (lease end minus creation) before now, so that a
@@ -430,15 +460,15 @@ func (s *Store) sweep(ctx context.Context, now time.Time, page uint32) (deleted 
 	return deleted, uint32(min(size, 1<<32-1)), err
 }
 
-// Extend implements idem.Extender in one statement. now plays no part:
+// Extend implements store.Extender in one statement. now plays no part:
 // a claim is its token's until another claim takes the key over.
-func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
-	return s.extend(ctx, s.q.extend, scope, key, token, leaseEnd)
+func (s *Store) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Time) error {
+	return s.extend(ctx, s.q.extend, h, leaseEnd)
 }
 
-func (s *Store) extend(ctx context.Context, sql, scope, key, token string, leaseEnd time.Time) error {
+func (s *Store) extend(ctx context.Context, sql string, h store.Hold, leaseEnd time.Time) error {
 	n, err := retry(func() (int64, error) {
-		return s.exec(ctx, sql, []byte(scope), key, []byte(token), sqlbase.CeilMicro(leaseEnd))
+		return s.exec(ctx, sql, []byte(h.Scope), h.Key, []byte(h.Token), sqlbase.CeilMicro(leaseEnd))
 	})
 	if err := sqlbase.WriteResult("pgxstore", "extend", n, err); err != nil {
 		return err
@@ -446,22 +476,22 @@ func (s *Store) extend(ctx context.Context, sql, scope, key, token string, lease
 	return nil
 }
 
-// ExtendBatch implements idem.BatchExtender: Extend's statement for every
+// ExtendBatch implements store.BatchExtender: Extend's statement for every
 // claim at once (an UPDATE over unnest), so the heartbeat's beat is one
 // round trip and one commit however many claims it extends. A claim the
-// statement did not extend gets ErrLeaseLost.
-func (s *Store) ExtendBatch(ctx context.Context, now time.Time, refs []idem.ExtendRef) []error {
-	return s.extendBatch(ctx, s.q.extendBatch, refs)
+// statement did not extend gets store.ErrLeaseLost.
+func (s *Store) ExtendBatch(ctx context.Context, now time.Time, xs []store.Extension) []error {
+	return s.extendBatch(ctx, s.q.extendBatch, xs)
 }
 
-func (s *Store) extendBatch(ctx context.Context, sql string, refs []idem.ExtendRef) []error {
-	scopes, keys := make([][]byte, len(refs)), make([]string, len(refs))
-	tokens, ends := make([][]byte, len(refs)), make([]time.Time, len(refs))
-	for i, r := range refs {
-		scopes[i], keys[i], tokens[i], ends[i] = []byte(r.Scope), r.Key, []byte(r.Token), sqlbase.CeilMicro(r.LeaseEnd)
+func (s *Store) extendBatch(ctx context.Context, sql string, xs []store.Extension) []error {
+	scopes, keys := make([][]byte, len(xs)), make([]string, len(xs))
+	tokens, ends := make([][]byte, len(xs)), make([]time.Time, len(xs))
+	for i, x := range xs {
+		scopes[i], keys[i], tokens[i], ends[i] = []byte(x.Scope), x.Key, []byte(x.Token), sqlbase.CeilMicro(x.LeaseEnd)
 	}
 	args := []any{scopes, keys, tokens, ends}
-	extended := make(map[[2]string]bool, len(refs))
+	extended := make(map[store.Ref]bool, len(xs))
 	read := func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
@@ -470,7 +500,7 @@ func (s *Store) extendBatch(ctx context.Context, sql string, refs []idem.ExtendR
 			if err := rows.Scan(&scope, &key); err != nil {
 				return err
 			}
-			extended[[2]string{string(scope), key}] = true
+			extended[store.Ref{Scope: string(scope), Key: key}] = true
 		}
 		return rows.Err()
 	}
@@ -491,13 +521,13 @@ func (s *Store) extendBatch(ctx context.Context, sql string, refs []idem.ExtendR
 			return read(rows)
 		})
 	})
-	errs := make([]error, len(refs))
-	for i, r := range refs {
+	errs := make([]error, len(xs))
+	for i, x := range xs {
 		switch {
 		case err != nil:
 			errs[i] = fmt.Errorf("pgxstore: extend: %w", err)
-		case !extended[[2]string{r.Scope, r.Key}]:
-			errs[i] = idem.ErrLeaseLost
+		case !extended[x.Ref]:
+			errs[i] = store.ErrLeaseLost
 		}
 	}
 	return errs
@@ -633,16 +663,17 @@ func (s *Store) readCommitted(ctx context.Context, sql string, args []any, read 
 	return err
 }
 
-// payload is the notification payload for (scope, key): 16 hex digits of a
-// 64-bit FNV-1a hash of both, length-prefixed. It is short whatever the
-// scope, and a collision only wakes a waiter spuriously.
-func payload(scope, key string) string {
+// payload is the notification payload for the record r names: 16 hex
+// digits of a 64-bit FNV-1a hash of its scope, length-prefixed, and key.
+// It is short whatever the scope, and a collision only wakes a waiter
+// spuriously.
+func payload(r store.Ref) string {
 	h := fnv.New64a()
 	var n [20]byte
-	h.Write(strconv.AppendInt(n[:0], int64(len(scope)), 10))
+	h.Write(strconv.AppendInt(n[:0], int64(len(r.Scope)), 10))
 	h.Write([]byte{':'})
-	h.Write([]byte(scope))
-	h.Write([]byte(key))
+	h.Write([]byte(r.Scope))
+	h.Write([]byte(r.Key))
 	var out [16]byte
 	const hexdigits = "0123456789abcdef"
 	v := h.Sum64()
@@ -667,9 +698,10 @@ type rawRecord struct {
 }
 
 // record converts a row to a record (sqlbase.Row.Record), checking that
-// it is one this package can have written; otherwise it returns an error
-// wrapping idem.ErrCorruptRecord.
-func (r *rawRecord) record() (idem.Record, error) {
+// it is one this package can have written, now or before results were
+// opaque (a status and the header bytes: store.LegacyHead); otherwise it
+// returns an error wrapping store.ErrCorruptRecord.
+func (r *rawRecord) record() (store.Record, error) {
 	row := sqlbase.Row{
 		Fingerprint: r.fingerprint,
 		State:       sql.NullInt64{Int64: int64(r.state.Int16), Valid: r.state.Valid},

@@ -7,18 +7,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ExactlyOnceStore is a Store whose engine runs each claimed request in a
-// database transaction (idem.TxBeginner): the handler's writes, made
+// database transaction (store.TxBeginner): the handler's writes, made
 // through Tx(r.Context()), and the completed record commit together or not
 // at all. Get one with Store.ExactlyOnce; it has every method of Store.
 // The transaction locks the record's row first and so holds the claim by
-// itself (idem.ClaimHolder): no heartbeat, at any isolation level. Each
+// itself (store.ClaimHolder): no heartbeat, at any isolation level. Each
 // request in flight holds one pooled connection, and its rows stay
 // locked, until the commit. The flow, the isolation levels, the pool
 // sizing rule, what a failed COMMIT means, and the costs are in the
@@ -29,15 +29,16 @@ type ExactlyOnceStore struct {
 }
 
 var (
-	_ idem.Store       = (*ExactlyOnceStore)(nil)
-	_ idem.TxBeginner  = (*ExactlyOnceStore)(nil)
-	_ idem.Getter      = (*ExactlyOnceStore)(nil)
-	_ idem.Deleter     = (*ExactlyOnceStore)(nil)
-	_ idem.Notifier    = (*ExactlyOnceStore)(nil)
-	_ idem.Extender    = (*ExactlyOnceStore)(nil)
-	_ idem.Tx          = (*txn)(nil)
-	_ idem.ClaimHolder = (*txn)(nil)
-	_ pgx.Tx           = handlerTx{}
+	_ store.Store         = (*ExactlyOnceStore)(nil)
+	_ store.TxBeginner    = (*ExactlyOnceStore)(nil)
+	_ store.Getter        = (*ExactlyOnceStore)(nil)
+	_ store.Deleter       = (*ExactlyOnceStore)(nil)
+	_ store.Notifier      = (*ExactlyOnceStore)(nil)
+	_ store.Extender      = (*ExactlyOnceStore)(nil)
+	_ store.BatchExtender = (*ExactlyOnceStore)(nil)
+	_ store.Tx            = (*txn)(nil)
+	_ store.ClaimHolder   = (*txn)(nil)
+	_ pgx.Tx              = handlerTx{}
 )
 
 // ExactlyOnce returns s in exactly-once mode: pass it to idem.New instead
@@ -49,38 +50,38 @@ var (
 // statements on it fail; see ExactlyOnceStore.
 func (s *Store) ExactlyOnce() *ExactlyOnceStore { return &ExactlyOnceStore{Store: s} }
 
-// Claim implements idem.Store like Store.Claim, in the same one statement,
+// Claim implements store.Store like Store.Claim, in the same one statement,
 // except that a claim that takes the key commits without waiting for its
 // WAL flush (synchronous_commit off for that statement alone): the
 // transaction that later commits the record flushes it too. See "Exactly-
 // once mode" in the package doc for why that loses nothing. On a DB that
 // is a pgx.Tx the claim is the plain one, so the outer transaction keeps
 // its own durability.
-func (s *ExactlyOnceStore) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+func (s *ExactlyOnceStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	if _, inTx := s.db.(pgx.Tx); inTx {
 		return s.Store.Claim(ctx, c)
 	}
 	return s.claim(ctx, s.q.claimNoSync, c)
 }
 
-// Extend implements idem.Extender like Store.Extend, except that the
+// Extend implements store.Extender like Store.Extend, except that the
 // heartbeat's commit does not wait for its WAL flush, for the claim's
 // reason: a crash that loses it ends the handler's transaction too (on a
 // pgx.Tx it is the plain one).
-func (s *ExactlyOnceStore) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+func (s *ExactlyOnceStore) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Time) error {
 	if _, inTx := s.db.(pgx.Tx); inTx {
-		return s.Store.Extend(ctx, scope, key, token, now, leaseEnd)
+		return s.Store.Extend(ctx, h, now, leaseEnd)
 	}
-	return s.extend(ctx, s.q.extendNoSync, scope, key, token, leaseEnd)
+	return s.extend(ctx, s.q.extendNoSync, h, leaseEnd)
 }
 
-// ExtendBatch implements idem.BatchExtender like Store.ExtendBatch, with
+// ExtendBatch implements store.BatchExtender like Store.ExtendBatch, with
 // Extend's commit that does not wait for its WAL flush.
-func (s *ExactlyOnceStore) ExtendBatch(ctx context.Context, now time.Time, refs []idem.ExtendRef) []error {
+func (s *ExactlyOnceStore) ExtendBatch(ctx context.Context, now time.Time, xs []store.Extension) []error {
 	if _, inTx := s.db.(pgx.Tx); inTx {
-		return s.Store.ExtendBatch(ctx, now, refs)
+		return s.Store.ExtendBatch(ctx, now, xs)
 	}
-	return s.extendBatch(ctx, s.q.extendBatchNoSync, refs)
+	return s.extendBatch(ctx, s.q.extendBatchNoSync, xs)
 }
 
 // WithTxOptions returns a copy of s whose transactions start with opts,
@@ -121,25 +122,26 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 	return handlerTx{t.tx, t}, true
 }
 
-// BeginTx implements idem.TxBeginner: it starts a transaction on the
+// BeginTx implements store.TxBeginner: it starts a transaction on the
 // store's DB and, as its first statement, locks the record's row FOR
-// UPDATE while the claim holds it (see lockSQL); ctx bounds only acquiring
-// a connection, BEGIN and the lock. The transaction then holds the claim
-// until it ends (idem.ClaimHolder). When the key was taken over or the
-// record is gone, BeginTx rolls back and returns idem.ErrLeaseLost. A
+// UPDATE while the claim h holds it (see lockSQL); ctx bounds only
+// acquiring a connection, BEGIN and the lock. The transaction then holds
+// the claim until it ends (store.ClaimHolder). When the key was taken over
+// or the record is gone, BeginTx rolls back and returns
+// store.ErrLeaseLost. A
 // serialization failure of the lock (REPEATABLE READ or SERIALIZABLE, when
 // a waiter marked the row between the snapshot and the lock) starts the
 // transaction again. The engine hands the handler the context from the
 // returned Tx's Context method, where Tx finds the transaction.
-func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string) (idem.Tx, error) {
+func (s *ExactlyOnceStore) BeginTx(ctx context.Context, h store.Hold) (store.Tx, error) {
 	if s.txOptions.AccessMode == pgx.ReadOnly {
 		return nil, fmt.Errorf("pgxstore: begin: %w: WithTxOptions asks for a read-only transaction, which cannot lock the record and commit it", ErrBadOption)
 	}
-	args := []any{[]byte(scope), key, []byte(token)}
+	args := []any{[]byte(h.Scope), h.Key, []byte(h.Token)}
 	for attempt := 1; ; attempt++ {
 		tx, n, err := s.beginLocked(ctx, args)
 		if err == nil && n == 1 {
-			return &txn{s: s.Store, tx: tx, scope: scope, key: key, token: token}, nil
+			return &txn{s: s.Store, tx: tx, h: h}, nil
 		}
 		var rbErr error
 		if tx != nil {
@@ -147,7 +149,7 @@ func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string
 		}
 		switch {
 		case err == nil:
-			return nil, idem.ErrLeaseLost
+			return nil, store.ErrLeaseLost
 		case serializationFailure(err) && attempt < maxClaimAttempts && rbErr == nil:
 			continue
 		}
@@ -207,16 +209,16 @@ func (s *ExactlyOnceStore) begin(ctx context.Context) (pgx.Tx, error) {
 	return nil, fmt.Errorf("%T cannot begin a transaction with options", s.db)
 }
 
-// txn is the idem.Tx an ExactlyOnceStore hands the engine.
+// txn is the store.Tx an ExactlyOnceStore hands the engine.
 type txn struct {
-	s                 *Store
-	tx                pgx.Tx
-	scope, key, token string
-	done              bool
-	rolledBack        atomic.Bool // by the handler
+	s          *Store
+	tx         pgx.Tx
+	h          store.Hold
+	done       bool
+	rolledBack atomic.Bool // by the handler
 }
 
-// HoldsClaim implements idem.ClaimHolder: the transaction locked the
+// HoldsClaim implements store.ClaimHolder: the transaction locked the
 // record's row in BeginTx and keeps it locked until it ends, so no other
 // request takes the key over meanwhile and the engine sends no heartbeat.
 // (When the handler ends the transaction itself, the lock goes with it;
@@ -239,28 +241,31 @@ func (t *txn) Context(parent context.Context) context.Context {
 }
 
 // Commit completes the record inside the transaction, with the same token
-// check as Store.Complete, and commits. On idem.ErrLeaseLost it rolls back
-// and commits nothing. When COMMIT itself fails, the handler's writes and
-// the record either both committed or neither did (a connection lost
-// during COMMIT leaves which one unknown); the engine releases the claim,
-// which never deletes a completed record, so a retry learns the outcome.
-func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt time.Time) error {
+// check as Store.Complete, and commits. On store.ErrLeaseLost it rolls
+// back and commits nothing. When the transaction can no longer commit (see
+// failed), a c.Failed outcome is stored on its own and any other is
+// refused (sqlbase.CommitEnded). When COMMIT itself fails, the handler's
+// writes and the record either both committed or neither did (a
+// connection lost during COMMIT leaves which one unknown); the engine
+// releases the claim, which never deletes a completed record, so a retry
+// learns the outcome.
+func (t *txn) Commit(ctx context.Context, c store.Completion) error {
 	if t.done {
 		return errors.New("pgxstore: commit: transaction already finished")
 	}
 	t.done = true
 	if t.failed() {
 		t.tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // may be closed already
-		// An error answer after the transaction failed: nothing of its
+		// A failed outcome after the transaction failed: nothing of its
 		// writes remains (unless the handler committed them itself with
-		// a COMMIT statement), which is what the answer says.
-		return sqlbase.CommitEnded("pgxstore", resp.Status, func() error {
-			return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
+		// a COMMIT statement), which is what the outcome says.
+		return sqlbase.CommitEnded("pgxstore", c.Failed, func() error {
+			return t.s.Complete(ctx, t.h, c)
 		})
 	}
-	n, err := t.s.complete(ctx, t.tx, t.scope, t.key, t.token, resp, expiresAt)
+	n, err := t.s.complete(ctx, t.tx, t.h, c)
 	if err == nil && n == 0 {
-		err = idem.ErrLeaseLost
+		err = store.ErrLeaseLost
 	}
 	if err != nil {
 		rbErr := t.tx.Rollback(context.WithoutCancel(ctx))
@@ -272,7 +277,7 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 		t.tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // ErrTxClosed after a failed COMMIT
 		return fmt.Errorf("pgxstore: commit: %w", err)
 	}
-	t.s.wakeLocal(t.scope, t.key)
+	t.s.wakeLocal(t.h.Ref)
 	return nil
 }
 

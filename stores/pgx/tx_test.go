@@ -3,10 +3,11 @@ package pgxstore
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 	"github.com/jackc/pgx/v5"
 )
@@ -42,13 +43,13 @@ func (f txFixture) orderExists(t *testing.T, id int) bool {
 }
 
 // begin claims key and starts its transaction, as the engine does.
-func (f txFixture) begin(t *testing.T, key string) (idem.Claim, context.Context, idem.Tx) {
+func (f txFixture) begin(t *testing.T, key string) (store.Claim, context.Context, store.Tx) {
 	t.Helper()
 	c := claimAt(key, "fp", "tok-"+key, t0, time.Minute)
 	if res, err := f.s.Claim(t.Context(), c); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	tx, err := f.s.BeginTx(t.Context(), c.Scope, c.Key, c.Token)
+	tx, err := f.s.BeginTx(t.Context(), c.Hold())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +76,8 @@ func TestExactlyOnceCommit(t *testing.T) {
 	if f.orderExists(t, 1) {
 		t.Fatal("order visible before commit")
 	}
-	resp := idem.Response{Status: 201, Body: []byte("created")}
-	if err := tx.Commit(t.Context(), resp, t0.Add(time.Second), t0.Add(time.Hour)); err != nil {
+	resp := store.Result{Head: result(201).Head, Body: []byte("created")}
+	if err := tx.Commit(t.Context(), completion(resp, t0.Add(time.Second), t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(t.Context()); err != nil {
@@ -85,8 +86,8 @@ func TestExactlyOnceCommit(t *testing.T) {
 	if !f.orderExists(t, 1) {
 		t.Fatal("order missing after commit")
 	}
-	rec, ok, err := f.s.Get(t.Context(), c.Scope, c.Key, t0.Add(time.Second))
-	if err != nil || !ok || rec.State != idem.StateCompleted || string(rec.Response.Body) != "created" {
+	rec, ok, err := f.s.Get(t.Context(), c.Ref(), t0.Add(time.Second))
+	if err != nil || !ok || rec.State != store.Completed || !reflect.DeepEqual(rec.Result, resp) {
 		t.Fatalf("record = %+v %v %v", rec, ok, err)
 	}
 }
@@ -102,7 +103,7 @@ func TestExactlyOnceRollback(t *testing.T) {
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatalf("second rollback: %v", err)
 	}
-	if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); err != nil {
+	if err := f.s.Release(t.Context(), c.Hold()); err != nil {
 		t.Fatal(err)
 	}
 	if f.orderExists(t, 1) {
@@ -123,8 +124,8 @@ func TestExactlyOnceCommitFails(t *testing.T) {
 	}
 	c, ctx, tx := f.begin(t, "k")
 	f.handler(t, ctx, 1, "taken") // deferred: accepted until COMMIT
-	err := tx.Commit(t.Context(), idem.Response{Status: 201}, t0.Add(time.Second), t0.Add(time.Hour))
-	if err == nil || errors.Is(err, idem.ErrLeaseLost) {
+	err := tx.Commit(t.Context(), completion(result(201), t0.Add(time.Second), t0.Add(time.Hour)))
+	if err == nil || errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("commit error = %v, want the constraint violation", err)
 	}
 	t.Logf("commit error: %v", err)
@@ -134,14 +135,14 @@ func TestExactlyOnceCommitFails(t *testing.T) {
 	if f.orderExists(t, 1) {
 		t.Fatal("order committed")
 	}
-	rec, ok, err := f.s.Get(t.Context(), c.Scope, c.Key, t0.Add(time.Second))
-	if err != nil || !ok || rec.State != idem.StateInProgress {
+	rec, ok, err := f.s.Get(t.Context(), c.Ref(), t0.Add(time.Second))
+	if err != nil || !ok || rec.State != store.InProgress {
 		t.Fatalf("record = %+v %v %v; want still in progress", rec, ok, err)
 	}
-	if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); err != nil {
+	if err := f.s.Release(t.Context(), c.Hold()); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := f.s.Get(t.Context(), c.Scope, c.Key, t0.Add(time.Second)); ok {
+	if _, ok, _ := f.s.Get(t.Context(), c.Ref(), t0.Add(time.Second)); ok {
 		t.Fatal("record survived release")
 	}
 	// The pool's connection is clean again.
@@ -162,16 +163,16 @@ func TestExactlyOnceLeaseLost(t *testing.T) {
 	f.handler(t, ctx, 1, "a")
 	later := t0.Add(2 * time.Minute)
 	res, err := f.s.Claim(t.Context(), claimAt("k", "fp", "other", later, time.Minute))
-	if err != nil || res.Acquired || res.Existing.State != idem.StateInProgress {
+	if err != nil || res.Acquired || res.Existing.State != store.InProgress {
 		t.Fatalf("claim past the lease end of a held claim = %+v, %v; want the in-progress record", res, err)
 	}
-	if err := tx.Commit(t.Context(), idem.Response{Status: 201}, later, later.Add(time.Hour)); err != nil {
+	if err := tx.Commit(t.Context(), completion(result(201), later, later.Add(time.Hour))); err != nil {
 		t.Fatalf("commit after the lease end of a held claim = %v", err)
 	}
 	if !f.orderExists(t, 1) {
 		t.Fatal("order missing")
 	}
-	if rec, ok, _ := f.s.Get(t.Context(), c.Scope, c.Key, later); !ok || rec.State != idem.StateCompleted {
+	if rec, ok, _ := f.s.Get(t.Context(), c.Ref(), later); !ok || rec.State != store.Completed {
 		t.Fatalf("record = %+v", rec)
 	}
 
@@ -183,13 +184,13 @@ func TestExactlyOnceLeaseLost(t *testing.T) {
 	if res, err := f.s.Claim(t.Context(), claimAt("k2", "fp", "taker", later, time.Minute)); err != nil || !res.Acquired {
 		t.Fatalf("takeover = %+v %v", res, err)
 	}
-	if tx, err := f.s.BeginTx(t.Context(), c2.Scope, c2.Key, c2.Token); !errors.Is(err, idem.ErrLeaseLost) {
+	if tx, err := f.s.BeginTx(t.Context(), c2.Hold()); !errors.Is(err, store.ErrLeaseLost) {
 		if tx != nil {
 			tx.Rollback(context.Background())
 		}
 		t.Fatalf("BeginTx after a takeover = %v, want ErrLeaseLost", err)
 	}
-	if err := f.s.Release(t.Context(), c2.Scope, c2.Key, c2.Token); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := f.s.Release(t.Context(), c2.Hold()); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("release by the old owner = %v", err)
 	}
 	// The failed BeginTx left no connection in a transaction.
@@ -223,7 +224,7 @@ func TestExactlyOnceHandlerTx(t *testing.T) {
 	if err := sp.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	if err := tx.Commit(t.Context(), completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if !f.orderExists(t, 7) {
@@ -236,7 +237,7 @@ func TestExactlyOnceHandlerTx(t *testing.T) {
 	if err := htx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err == nil || errors.Is(err, idem.ErrLeaseLost) {
+	if err := tx.Commit(t.Context(), completion(result(200), t0, t0.Add(time.Hour))); err == nil || errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("commit after the handler rolled back = %v", err)
 	}
 	if f.orderExists(t, 8) {
@@ -244,10 +245,10 @@ func TestExactlyOnceHandlerTx(t *testing.T) {
 	}
 
 	c, _, tx := f.begin(t, "ignores")
-	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	if err := tx.Commit(t.Context(), completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
-	if rec, ok, _ := f.s.Get(t.Context(), c.Scope, c.Key, t0); !ok || rec.State != idem.StateCompleted {
+	if rec, ok, _ := f.s.Get(t.Context(), c.Ref(), t0); !ok || rec.State != store.Completed {
 		t.Fatalf("record = %+v", rec)
 	}
 
@@ -269,7 +270,7 @@ func TestExactlyOnceConcurrent(t *testing.T) {
 			key := "c" + string(rune('A'+i))
 			_, ctx, tx := f.begin(t, key)
 			f.handler(t, ctx, 1000+i, key)
-			if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+			if err := tx.Commit(t.Context(), completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -291,9 +292,9 @@ func TestExactlyOnceSerializable(t *testing.T) {
 	s := f.s.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable})
 	f.s = s
 	type req struct {
-		c   idem.Claim
+		c   store.Claim
 		ctx context.Context
-		tx  idem.Tx
+		tx  store.Tx
 	}
 	var reqs []req
 	for i, key := range []string{"s1", "s2"} {
@@ -310,11 +311,11 @@ func TestExactlyOnceSerializable(t *testing.T) {
 	}
 	var failed int
 	for _, r := range reqs {
-		if err := r.tx.Commit(t.Context(), idem.Response{Status: 201}, t0, t0.Add(time.Hour)); err != nil {
+		if err := r.tx.Commit(t.Context(), completion(result(201), t0, t0.Add(time.Hour))); err != nil {
 			t.Logf("%s: %v", r.c.Key, err)
 			failed++
-			rec, ok, _ := s.Get(t.Context(), r.c.Scope, r.c.Key, t0)
-			if !ok || rec.State != idem.StateInProgress {
+			rec, ok, _ := s.Get(t.Context(), r.c.Ref(), t0)
+			if !ok || rec.State != store.InProgress {
 				t.Errorf("%s: record %+v after a failed commit", r.c.Key, rec)
 			}
 		}
@@ -336,13 +337,13 @@ func TestExactlyOnceBeginContext(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	bctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	tx, err := f.s.BeginTx(bctx, c.Scope, c.Key, c.Token)
+	tx, err := f.s.BeginTx(bctx, c.Hold())
 	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.handler(t, tx.Context(t.Context()), 1, "a")
-	if err := tx.Commit(t.Context(), idem.Response{Status: 200}, t0, t0.Add(time.Hour)); err != nil {
+	if err := tx.Commit(t.Context(), completion(result(200), t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	if !f.orderExists(t, 1) {
@@ -351,29 +352,30 @@ func TestExactlyOnceBeginContext(t *testing.T) {
 	// An already-cancelled context fails BeginTx promptly.
 	dead, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := f.s.BeginTx(dead, c.Scope, "other", "tok"); err == nil {
+	if _, err := f.s.BeginTx(dead, hold(c.Scope, "other", "tok")); err == nil {
 		t.Fatal("BeginTx with a cancelled context succeeded")
 	}
 }
 
 // A statement fails inside the handler's transaction. If the handler
-// answers an error (409 here), that answer is stored and replayed without
-// any of its writes; if it claims success, Commit fails.
+// answers an error (a 409 here: the engine marks the completion Failed),
+// that answer is stored and replayed without any of its writes; if it
+// claims success, Commit fails.
 func TestExactlyOnceFailedStatement(t *testing.T) {
 	f := newTxFixture(t)
 	if _, err := f.s.db.Exec(t.Context(), `INSERT INTO `+quoted(f.orders)+` (id, ref) VALUES (1, 'one')`); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		key      string
-		status   int
+		failed   bool // the outcome says nothing happened (a 409)
 		rollback bool // the handler rolls back instead of failing a statement
 		stored   bool
 	}{
-		{"conflict", 409, false, true},
-		{"lies", 201, false, false},
-		{"rolled-back-409", 409, true, true},
-		{"rolled-back-200", 200, true, false},
+		{"conflict", true, false, true},
+		{"lies", false, false, false},
+		{"rolled-back-409", true, true, true},
+		{"rolled-back-200", false, true, false},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			c, ctx, tx := f.begin(t, tc.key)
@@ -388,13 +390,15 @@ func TestExactlyOnceFailedStatement(t *testing.T) {
 			} else if _, err := htx.Exec(ctx, `INSERT INTO `+quoted(f.orders)+` (id, ref) VALUES (1, 'dup')`); err == nil {
 				t.Fatal("duplicate insert succeeded")
 			}
-			err := tx.Commit(t.Context(), idem.Response{Status: tc.status}, t0, t0.Add(time.Hour))
-			rec, ok, _ := f.s.Get(t.Context(), c.Scope, c.Key, t0)
+			done := completion(result(i), t0, t0.Add(time.Hour))
+			done.Failed = tc.failed
+			err := tx.Commit(t.Context(), done)
+			rec, ok, _ := f.s.Get(t.Context(), c.Ref(), t0)
 			if tc.stored {
-				if err != nil || !ok || rec.State != idem.StateCompleted || rec.Response.Status != tc.status {
+				if err != nil || !ok || rec.State != store.Completed || !reflect.DeepEqual(rec.Result, done.Result) {
 					t.Fatalf("commit = %v, record %+v", err, rec)
 				}
-			} else if err == nil || errors.Is(err, idem.ErrLeaseLost) || rec.State != idem.StateInProgress {
+			} else if err == nil || errors.Is(err, store.ErrLeaseLost) || rec.State != store.InProgress {
 				t.Fatalf("commit = %v, record %+v; want a failed commit", err, rec)
 			}
 			if err := tx.Rollback(t.Context()); err != nil {
@@ -416,13 +420,13 @@ func TestExactlyOnceHandlerEndsTx(t *testing.T) {
 	for i, tc := range []struct {
 		key    string
 		stmt   string
-		status int
-		stored bool // the answer is stored on its own (an error answer)
+		failed bool // the outcome says nothing happened (a 409)
+		stored bool // the answer is stored on its own (a failed outcome)
 	}{
-		{"commit-201", "COMMIT", 201, false},
-		{"rollback-201", "ROLLBACK", 201, false},
-		{"end-200", "END", 200, false},
-		{"commit-409", "COMMIT", 409, true},
+		{"commit-201", "COMMIT", false, false},
+		{"rollback-201", "ROLLBACK", false, false},
+		{"end-200", "END", false, false},
+		{"commit-409", "COMMIT", true, true},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			id := 50 + i
@@ -432,23 +436,25 @@ func TestExactlyOnceHandlerEndsTx(t *testing.T) {
 			if _, err := htx.Exec(ctx, tc.stmt); err != nil {
 				t.Fatal(err)
 			}
-			err := tx.Commit(t.Context(), idem.Response{Status: tc.status}, t0, t0.Add(time.Hour))
-			rec, ok, gerr := f.s.Get(t.Context(), c.Scope, c.Key, t0)
+			done := completion(result(i), t0, t0.Add(time.Hour))
+			done.Failed = tc.failed
+			err := tx.Commit(t.Context(), done)
+			rec, ok, gerr := f.s.Get(t.Context(), c.Ref(), t0)
 			if gerr != nil || !ok {
 				t.Fatalf("get = %v %v", ok, gerr)
 			}
 			if tc.stored {
-				if err != nil || rec.State != idem.StateCompleted || rec.Response.Status != tc.status {
+				if err != nil || rec.State != store.Completed || !reflect.DeepEqual(rec.Result, done.Result) {
 					t.Fatalf("commit = %v, record %+v", err, rec)
 				}
 			} else {
 				if !errors.Is(err, sqlbase.ErrTxFailed) {
 					t.Fatalf("commit = %v, want sqlbase.ErrTxFailed", err)
 				}
-				if rec.State != idem.StateInProgress {
+				if rec.State != store.InProgress {
 					t.Fatalf("record %+v was completed outside the transaction", rec)
 				}
-				if err := f.s.Release(t.Context(), c.Scope, c.Key, c.Token); err != nil {
+				if err := f.s.Release(t.Context(), c.Hold()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -477,25 +483,25 @@ func TestReleaseMissing(t *testing.T) {
 	s := newStore(t, nil)
 	ctx := t.Context()
 	c := claimAt("k", "fp", "tok", t0, time.Minute)
-	if err := s.Release(ctx, c.Scope, "never", "tok"); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Release(ctx, hold(c.Scope, "never", "tok")); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("release of a key never claimed = %v", err)
 	}
 	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	if err := s.Release(ctx, c.Scope, c.Key, c.Token); err != nil {
+	if err := s.Release(ctx, c.Hold()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Release(ctx, c.Hold()); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("second release = %v", err)
 	}
 	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	if ok, err := s.Delete(ctx, c.Scope, c.Key); err != nil || !ok {
+	if ok, err := s.Delete(ctx, c.Ref()); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	if err := s.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Release(ctx, c.Hold()); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("release after delete = %v", err)
 	}
 	for _, notify := range []bool{true, false} {
@@ -503,7 +509,7 @@ func TestReleaseMissing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s2.Release(ctx, c.Scope, c.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		if err := s2.Release(ctx, c.Hold()); !errors.Is(err, store.ErrLeaseLost) {
 			t.Fatalf("release (notify %v) = %v", notify, err)
 		}
 		s2.Close()

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -100,17 +100,17 @@ func TestReplayWritesNothing(t *testing.T) {
 	// A completed record and an in-progress one.
 	done := claimAt("done", "fp", "t1", t0, time.Minute)
 	busy := claimAt("busy", "fp", "t2", t0, time.Minute)
-	for _, c := range []idem.Claim{done, busy} {
+	for _, c := range []store.Claim{done, busy} {
 		if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
 			t.Fatal(res, err)
 		}
 	}
-	if err := s.Complete(ctx, scope, "done", "t1", idem.Response{Status: 200, Body: []byte("ok")}, t0, t0.Add(time.Hour)); err != nil {
+	if err := s.Complete(ctx, hold(scope, "done", "t1"), completion(store.Result{Head: result(200).Head, Body: []byte("ok")}, t0, t0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	answers := func(n int) {
 		for i := range n {
-			for _, c := range []idem.Claim{
+			for _, c := range []store.Claim{
 				claimAt("done", "fp", "r"+strconv.Itoa(i), t0.Add(time.Second), time.Minute),    // replay
 				claimAt("done", "other", "r"+strconv.Itoa(i), t0.Add(time.Second), time.Minute), // 422
 				claimAt("busy", "fp", "r"+strconv.Itoa(i), t0.Add(time.Second), time.Minute),    // 409

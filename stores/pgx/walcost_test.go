@@ -10,6 +10,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -106,7 +107,7 @@ func TestWALPerRequest(t *testing.T) {
 	insertOrder := `INSERT INTO ` + quoted(orders) + ` (ref, amount) VALUES ($1, $2)`
 	body := `{"id":"ord_123","status":"paid","amount":4200}`
 
-	serve := func(st idem.Store, h http.HandlerFunc) func(key, reqBody string) int {
+	serve := func(st store.Store, h http.HandlerFunc) func(key, reqBody string) int {
 		e, err := idem.New(st, idem.WithLogger(quietLog),
 			idem.WithFingerprint(func(_ *http.Request, body []byte) string { return string(body) }))
 		if err != nil {
@@ -137,6 +138,12 @@ func TestWALPerRequest(t *testing.T) {
 		reply(w)
 	})
 	plain := serve(s, func(w http.ResponseWriter, r *http.Request) { reply(w) })
+	asyncStore, err := New(p, WithTable(s.Table()), WithSweepInterval(0), WithNotify(false), WithAsyncClaims())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { asyncStore.Close() })
+	async := serve(asyncStore, func(w http.ResponseWriter, r *http.Request) { reply(w) })
 	bare := func(ref string) {
 		tx, err := p.Begin(ctx)
 		if err == nil {
@@ -162,9 +169,9 @@ func TestWALPerRequest(t *testing.T) {
 	if res, err := s.Claim(ctx, inFlight); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	extend := func(x idem.Extender) {
+	extend := func(x store.Extender) {
 		now := time.Now()
-		if err := x.Extend(ctx, inFlight.Scope, inFlight.Key, inFlight.Token, now, now.Add(24*time.Hour)); err != nil {
+		if err := x.Extend(ctx, inFlight.Hold(), now, now.Add(24*time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -180,6 +187,7 @@ func TestWALPerRequest(t *testing.T) {
 	for i := range 20 {
 		want(exactlyOnce(newKey(), "x"), http.StatusCreated)
 		want(plain(newKey(), "x"), http.StatusCreated)
+		want(async(newKey(), "x"), http.StatusCreated)
 		bare(newKey())
 		answers(i)
 	}
@@ -199,6 +207,7 @@ func TestWALPerRequest(t *testing.T) {
 		{"replay, 409, 422", 3, func() { answers(0) }},
 		{"plain heartbeat", 1, func() { extend(s) }},
 		{"exactly-once heartbeat", 1, func() { extend(s.ExactlyOnce()) }},
+		{"plain first, async", 1, func() { want(async(newKey(), "x"), http.StatusCreated) }},
 	}
 	got := make([]cost, len(phases))
 	done := make([]bool, len(phases))
@@ -213,7 +222,7 @@ func TestWALPerRequest(t *testing.T) {
 			}
 			c, quiet := measure(t, p, flushes, n, func(int) { ph.run() })
 			windows++
-			if i == 0 || i == 2 {
+			if i == 0 || i == 2 || i == 6 {
 				completions += n
 			}
 			if quiet {
@@ -235,7 +244,7 @@ func TestWALPerRequest(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	eo, base, pl, ans, beat, eoBeat := got[0], got[1], got[2], got[3], got[4], got[5]
+	eo, base, pl, ans, beat, eoBeat, asy := got[0], got[1], got[2], got[3], got[4], got[5], got[6]
 	upd, hot := tableUpdates(t, p, s.Table())
 	upd, hot = upd-upd0, hot-hot0
 	t.Logf("completions: %d updates, %d HOT (%.0f%%)", upd, hot, 100*float64(hot)/float64(max(upd, 1)))
@@ -247,6 +256,9 @@ func TestWALPerRequest(t *testing.T) {
 	}
 	if pl.flushes < 1.9 || pl.flushes > 2.1 {
 		t.Errorf("a plain first request flushes WAL %.2f times, want 2", pl.flushes)
+	}
+	if asy.flushes < 0.9 || asy.flushes > 1.1 {
+		t.Errorf("a plain first request with WithAsyncClaims flushes WAL %.2f times, want 1", asy.flushes)
 	}
 	// (TestReplayWritesNothing checks transaction ids and row versions.)
 	if ans.flushes > 0.02 || ans.records > 0.05 || ans.bytes > 5 {

@@ -10,7 +10,7 @@
 // What it holds:
 //
 //   - Row and MicroRow: a record's row, NULLs included, and its decoding
-//     into an store.Record with the checks that turn a row no store can
+//     into a store.Record with the checks that turn a row no store can
 //     have written into an error wrapping store.ErrCorruptRecord.
 //   - FloorMicro, CeilMicro and FromMicro: the microsecond rounding that
 //     keeps a store's SQL comparisons of now and deadlines in step with

@@ -1,12 +1,14 @@
 package sqlbase_test
 
 import (
+	"bytes"
 	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 )
 
@@ -17,8 +19,8 @@ func ExampleMicroRow_Record() {
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	row := sqlbase.MicroRow{
 		Fingerprint: []byte("fp"),
-		State:       sql.NullInt64{Int64: int64(idem.StateCompleted), Valid: true},
-		Status:      sql.NullInt64{Int64: 201, Valid: true},
+		State:       sql.NullInt64{Int64: int64(store.Completed), Valid: true},
+		Header:      []byte("head"), // the result's Head, opaque to the store
 		Body:        []byte(`{"id":1}`),
 		CreatedAt:   sql.NullInt64{Int64: created.UnixMicro(), Valid: true},
 		ExpiresAt:   sql.NullInt64{Int64: created.Add(24 * time.Hour).UnixMicro(), Valid: true},
@@ -28,13 +30,21 @@ func ExampleMicroRow_Record() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(rec.State == idem.StateCompleted, rec.Response.Status, string(rec.Response.Body), rec.ExpiresAt)
+	fmt.Println(rec.State, string(rec.Result.Head), string(rec.Result.Body), rec.ExpiresAt)
 
-	row.Status.Valid = false // a completed row without a status
+	// A row written before results were opaque: a status and header bytes
+	// (here none), which become a legacy head.
+	row.Status = sql.NullInt64{Int64: 201, Valid: true}
+	row.Header = nil
+	rec, err = row.Record()
+	fmt.Println(err, bytes.Equal(rec.Result.Head, store.LegacyHead(201, nil)), string(rec.Result.Body))
+
+	row.Status.Valid = false // a completed row without a head
 	_, err = row.Record()
-	fmt.Println(errors.Is(err, idem.ErrCorruptRecord))
+	fmt.Println(errors.Is(err, store.ErrCorruptRecord))
 	// Output:
-	// true 201 {"id":1} 2026-01-03 03:04:05 +0000 UTC
+	// completed head {"id":1} 2026-01-03 03:04:05 +0000 UTC
+	// <nil> true {"id":1}
 	// true
 }
 

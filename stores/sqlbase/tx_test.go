@@ -7,29 +7,29 @@ import (
 	"strings"
 	"testing"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
-// TestCommitEnded: after the handler ended its transaction, an error
-// answer is stored on its own and a success is refused.
+// TestCommitEnded: after the handler ended its transaction, a failed
+// outcome is stored on its own and any other is refused.
 func TestCommitEnded(t *testing.T) {
 	errStore := errors.New("store down")
 	for _, tc := range []struct {
-		status   int
+		name     string
+		failed   bool
 		complete error
 		stored   bool
 		want     error
 	}{
-		{200, nil, false, ErrTxFailed},
-		{201, nil, false, ErrTxFailed},
-		{399, nil, false, ErrTxFailed},
-		{400, nil, true, nil},
-		{409, idem.ErrLeaseLost, true, idem.ErrLeaseLost},
-		{500, errStore, true, errStore},
+		{"success", false, nil, false, ErrTxFailed},
+		{"success, store down", false, errStore, false, ErrTxFailed},
+		{"failed", true, nil, true, nil},
+		{"failed, lease lost", true, store.ErrLeaseLost, true, store.ErrLeaseLost},
+		{"failed, store down", true, errStore, true, errStore},
 	} {
-		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			stored := false
-			err := CommitEnded("teststore", tc.status, func() error { stored = true; return tc.complete })
+			err := CommitEnded("teststore", tc.failed, func() error { stored = true; return tc.complete })
 			if stored != tc.stored || !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("stored %v, error %v; want %v, %v", stored, err, tc.stored, tc.want)
 			}
@@ -50,7 +50,7 @@ func TestCommitFailed(t *testing.T) {
 		want     []error
 		wantText string
 	}{
-		{"lease lost", idem.ErrLeaseLost, errRollback, []error{idem.ErrLeaseLost}, idem.ErrLeaseLost.Error()},
+		{"lease lost", store.ErrLeaseLost, errRollback, []error{store.ErrLeaseLost}, store.ErrLeaseLost.Error()},
 		{"failed", errExec, nil, []error{errExec}, "teststore: commit: exec failed"},
 		{"failed, rollback too", errExec, errRollback, []error{errExec, errRollback}, "teststore: commit: exec failed\nrollback failed"},
 	} {
@@ -65,18 +65,6 @@ func TestCommitFailed(t *testing.T) {
 				t.Errorf("error %q, want %q", err, tc.wantText)
 			}
 		})
-	}
-}
-
-func TestCheckStatus(t *testing.T) {
-	for _, tc := range []struct {
-		status int
-		ok     bool
-	}{{idem.MinStatus - 1, false}, {idem.MinStatus, true}, {404, true}, {idem.MaxStatus, true}, {idem.MaxStatus + 1, false}, {0, false}} {
-		err := CheckStatus("teststore", tc.status)
-		if (err == nil) != tc.ok || err != nil && !strings.HasPrefix(err.Error(), "teststore: complete: status") {
-			t.Errorf("CheckStatus(%d) = %v, want ok %v", tc.status, err, tc.ok)
-		}
 	}
 }
 
@@ -104,7 +92,7 @@ func TestWriteResult(t *testing.T) {
 		text string
 	}{
 		{"changed", 1, nil, nil, ""},
-		{"no row", 0, nil, idem.ErrLeaseLost, idem.ErrLeaseLost.Error()},
+		{"no row", 0, nil, store.ErrLeaseLost, store.ErrLeaseLost.Error()},
 		{"failed", 0, errExec, errExec, "teststore: release: exec failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

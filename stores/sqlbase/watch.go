@@ -20,7 +20,7 @@ type WatchRow struct {
 // at most unless Chunk says otherwise.
 const DefaultWatchChunk = 100
 
-// Watches is a store's waiters, by record, for idem.Notifier: a store's
+// Watches is a store's waiters, by record, for store.Notifier: a store's
 // Watch method calls Watch, and its Complete, Release, Delete and Evict
 // call Wake for the record they changed, which wakes the waiters in this
 // process at once.

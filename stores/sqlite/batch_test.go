@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // TestGroupCommit: writes that queue while the write lock is held run
@@ -17,9 +17,7 @@ func TestGroupCommit(t *testing.T) {
 	s := newStore(t, nil, WithSweepInterval(0))
 	ctx := t.Context()
 	now := time.Now()
-	claim := func(key string) idem.Claim {
-		return idem.Claim{Scope: "s", Key: key, Fingerprint: "f", Token: "t-" + key, Now: now, LeaseEnd: now.Add(time.Minute)}
-	}
+	claim := func(key string) store.Claim { return claimAt(key, "t-"+key, now, time.Minute) }
 	if res, err := s.Claim(ctx, claim("taken")); err != nil || !res.Acquired {
 		t.Fatalf("claim: %v %v", res, err)
 	}
@@ -47,12 +45,12 @@ func TestGroupCommit(t *testing.T) {
 		})
 	}
 	wg.Go(func() {
-		if err := s.Release(ctx, "s", "taken", "wrong"); !errors.Is(err, idem.ErrLeaseLost) {
+		if err := s.Release(ctx, hold("taken", "wrong")); !errors.Is(err, store.ErrLeaseLost) {
 			errs <- err
 		}
 	})
 	wg.Go(func() {
-		errs <- s.Complete(ctx, "s", "taken", "t-taken", idem.Response{Status: 201}, now, now.Add(time.Hour))
+		errs <- s.Complete(ctx, hold("taken", "t-taken"), done("created", now, now.Add(time.Hour)))
 	})
 	for i := 0; i < 1000 && s.pendingWrites() < n+3; i++ {
 		time.Sleep(time.Millisecond)
@@ -73,10 +71,10 @@ func TestGroupCommit(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if _, ok, _ := s.Get(ctx, "s", "withdrawn", now); ok {
+	if _, ok, _ := s.Get(ctx, ref("withdrawn"), now); ok {
 		t.Error("the withdrawn claim was written")
 	}
-	if rec, ok, err := s.Get(ctx, "s", "taken", now); err != nil || !ok || rec.State != idem.StateCompleted {
+	if rec, ok, err := s.Get(ctx, ref("taken"), now); err != nil || !ok || rec.State != store.Completed {
 		t.Errorf("the completed record: %+v %v %v", rec, ok, err)
 	}
 }

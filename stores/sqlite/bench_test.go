@@ -14,6 +14,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	memstore "github.com/idemkit/idem/stores/memory"
 )
 
@@ -41,7 +42,7 @@ func benchHandler(w http.ResponseWriter, r *http.Request) {
 
 // benchServer is the engine on s in front of benchHandler, called in
 // process (no sockets), and the bare table a plain INSERT writes to.
-func benchServer(b *testing.B, s idem.Store) http.Handler {
+func benchServer(b *testing.B, s store.Store) http.Handler {
 	e, err := idem.New(s, idem.WithLogger(quietLog))
 	if err != nil {
 		b.Fatal(err)

@@ -1,5 +1,6 @@
-// Package sqlitestore is an idem.Store in an SQLite database file, built
-// on database/sql and modernc.org/sqlite (pure Go, no cgo): durable across
+// Package sqlitestore is an idem store (a store.Store, of package
+// github.com/idemkit/idem/core/store) in an SQLite database file, built on
+// database/sql and modernc.org/sqlite (pure Go, no cgo): durable across
 // restarts, with no server to run, and able to commit a handler's own
 // writes together with the idempotency record (exactly-once mode).
 //
@@ -38,11 +39,17 @@
 // # Schema
 //
 // One table: BLOB columns for everything the application supplies (scope,
-// key, fingerprint, token, headers, body), compared byte for byte;
-// primary key (scope, key); an index on expires_at; times as integers,
-// microseconds since the Unix epoch (the engine's now rounded down, the
-// deadlines it sets rounded up). Schema returns the two IF NOT EXISTS
+// key, fingerprint, token, and a completed record's result: its Head in
+// headers and its Body in body, which the store never reads), compared
+// byte for byte; primary key (scope, key); an index on expires_at; times
+// as integers, microseconds since the Unix epoch (the engine's now
+// rounded down, the deadlines it sets rounded up). Schema returns the two IF NOT EXISTS
 // statements for a table name; CreateSchema runs them.
+//
+// Rows completed before results were opaque kept an HTTP status in the
+// status column and core's header bytes in headers; they still read, and
+// replay as before (sqlbase.Row.Record turns them into a legacy head).
+// New rows leave status NULL: no migration is needed.
 //
 // # One writer at a time
 //
@@ -98,7 +105,7 @@
 // # Exactly-once mode
 //
 // Store.ExactlyOnce returns a view whose engine runs each claimed request
-// in a transaction on the store's database (idem.TxBeginner). The handler
+// in a transaction on the store's database (store.TxBeginner). The handler
 // gets it with Tx(r.Context()) and runs its statements on it; the engine
 // completes the record inside it and commits, so the handler's writes and
 // the stored response commit together or not at all. A handler that
@@ -111,7 +118,7 @@
 //
 // The transaction holds SQLite's write lock, and the store's, from
 // BeginTx until it ends, so it holds its claim by itself
-// (idem.ClaimHolder; no heartbeat): a duplicate gets the in-progress
+// (store.ClaimHolder; no heartbeat): a duplicate gets the in-progress
 // record at once, past its lease end too. It also means that exactly-once
 // handlers run one at a time: a new key's claim waits for the running
 // handler, at most the engine's store timeout (idem.WithStoreTimeout,
@@ -129,9 +136,9 @@
 // later, so a late completion still lands. Expired records are never
 // replayed, swept or not.
 //
-// Watch (idem.Notifier) wakes the engine's waiters in this process at
+// Watch (store.Notifier) wakes the engine's waiters in this process at
 // once when a record is completed, released or deleted through this
 // Store; waiters in another process sharing the file rely on the engine's
-// own poll. The store has no clock of its own (no idem.Clock): every
+// own poll. The store has no clock of its own (no store.Clock): every
 // instance that shares the file runs on the same host's clock.
 package sqlitestore

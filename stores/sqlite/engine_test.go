@@ -16,6 +16,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // orderServer is an exactly-once engine in front of a handler that writes
@@ -111,7 +112,7 @@ func (o *orderServer) orders(t *testing.T, ref string) int {
 func (o *orderServer) recordGone(t *testing.T, key string) {
 	t.Helper()
 	scope := idem.Scope("", "POST", "/orders")
-	if _, ok, err := o.s.Get(t.Context(), scope, key, time.Now()); err != nil || ok {
+	if _, ok, err := o.s.Get(t.Context(), store.Ref{Scope: scope, Key: key}, time.Now()); err != nil || ok {
 		t.Fatalf("record %q: found %v, err %v; want it released", key, ok, err)
 	}
 }

@@ -46,7 +46,8 @@ func quoteIdent(name string) string { return `"` + name + `"` }
 //	    scope BLOB NOT NULL, "key" BLOB NOT NULL,
 //	    fingerprint BLOB NOT NULL, token BLOB NOT NULL,
 //	    state INTEGER NOT NULL,              -- 1 in progress, 2 completed
-//	    status INTEGER, headers BLOB, body BLOB,
+//	    status INTEGER,                      -- NULL but in rows written before results were opaque
+//	    headers BLOB, body BLOB,             -- the result's Head and Body
 //	    body_omitted INTEGER NOT NULL DEFAULT 0,
 //	    created_at INTEGER NOT NULL,         -- Unix microseconds
 //	    lease_end INTEGER,                   -- NULL once completed

@@ -26,8 +26,11 @@ ON CONFLICT (scope, "key") DO UPDATE SET
   status = NULL, headers = NULL, body = NULL, body_omitted = 0,
   created_at = excluded.created_at, lease_end = excluded.lease_end, expires_at = excluded.expires_at
 WHERE expires_at <= excluded.created_at OR (state = 1 AND lease_end <= excluded.created_at)`,
-		complete: `UPDATE ` + t + ` SET state = 2, status = ?4, headers = ?5, body = ?6, body_omitted = ?7,
-  lease_end = NULL, expires_at = ?8` + where + ` AND token = ?3 AND state = 1`,
+		// complete keeps the result's Head in headers and leaves status
+		// NULL: a status is what marks a row written before results were
+		// opaque (sqlbase.Row.Record).
+		complete: `UPDATE ` + t + ` SET state = 2, status = NULL, headers = ?4, body = ?5, body_omitted = ?6,
+  lease_end = NULL, expires_at = ?7` + where + ` AND token = ?3 AND state = 1`,
 		release: `DELETE FROM ` + t + where + ` AND token = ?3 AND state = 1`,
 		delete:  `DELETE FROM ` + t + where,
 		evict:   `DELETE FROM ` + t + where + ` AND token = ?3`,

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 )
 
-// Errors the store returns besides those of idem. Callers test with
-// errors.Is.
+// Errors the store returns besides those of package store. Callers test
+// with errors.Is.
 var (
 	// ErrBadOption wraps idem.ErrBadOption. It is wrapped by the error New
 	// returns for a bad argument or option (a nil *sql.DB, a bad table
@@ -68,10 +69,10 @@ func WithLogger(l *slog.Logger) Option {
 	return func(o *sqlbase.Options) { o.Logger = l }
 }
 
-// Store is an idem.Store in a table of an SQLite database. It implements
-// idem.Getter, idem.Deleter, idem.ExpiredDeleter, idem.Extender,
-// idem.Evicter and idem.Notifier; ExactlyOnce returns a view of it that
-// also implements idem.TxBeginner.
+// Store is a store.Store in a table of an SQLite database. It implements
+// store.Getter, store.Deleter, store.ExpiredDeleter, store.Extender,
+// store.Evicter and store.Notifier; ExactlyOnce returns a view of it that
+// also implements store.TxBeginner.
 //
 // Reads (a replay, a 409, a 422, Get) run on any pooled connection and
 // never wait: in WAL mode readers do not block the writer nor it them.
@@ -90,20 +91,20 @@ type Store struct {
 	batch batch         // writes waiting for it; see write
 
 	heldMu sync.Mutex
-	held   map[sqlbase.WatchKey]struct{} // records an exactly-once transaction holds
+	held   map[store.Ref]struct{} // records an exactly-once transaction holds
 
 	base  *sqlbase.Base   // options and sweeper
 	watch sqlbase.Watches // this process's waiters, by scope and key
 }
 
 var (
-	_ idem.Store          = (*Store)(nil)
-	_ idem.Getter         = (*Store)(nil)
-	_ idem.Deleter        = (*Store)(nil)
-	_ idem.ExpiredDeleter = (*Store)(nil)
-	_ idem.Extender       = (*Store)(nil)
-	_ idem.Evicter        = (*Store)(nil)
-	_ idem.Notifier       = (*Store)(nil)
+	_ store.Store          = (*Store)(nil)
+	_ store.Getter         = (*Store)(nil)
+	_ store.Deleter        = (*Store)(nil)
+	_ store.ExpiredDeleter = (*Store)(nil)
+	_ store.Extender       = (*Store)(nil)
+	_ store.Evicter        = (*Store)(nil)
+	_ store.Notifier       = (*Store)(nil)
 )
 
 // New returns a Store that keeps its records in db, best opened with Open.
@@ -137,7 +138,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, table: o.Table, q: newQueries(o.Table),
-		sem: make(chan struct{}, 1), held: map[sqlbase.WatchKey]struct{}{},
+		sem: make(chan struct{}, 1), held: map[store.Ref]struct{}{},
 		base: sqlbase.NewBase("sqlitestore", o, ErrClosed)}
 	s.base.StartSweeper(s.Sweep)
 	return s, nil
@@ -195,7 +196,7 @@ func (s *Store) lock(ctx context.Context) error {
 
 func (s *Store) unlock() { <-s.sem }
 
-// Claim implements idem.Store. It reads the row first, without the write
+// Claim implements store.Store. It reads the row first, without the write
 // lock: a live record (a replay, a 409, a 422) is answered from that read,
 // writing nothing, as is an in-progress record whose lease has ended but
 // that a live exactly-once transaction of this store holds. Otherwise it
@@ -203,47 +204,47 @@ func (s *Store) unlock() { <-s.sem }
 // takes the key only if it is still free or takeable. When that changes no
 // row, another claim got there between the read and the write, and Claim
 // starts over: its read returns the winner's record.
-func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	scope, key := []byte(c.Scope), []byte(c.Key)
 	now := sqlbase.FloorMicro(c.Now)
 	for range maxClaimAttempts {
 		rec, found, err := s.read(ctx, scope, key)
 		if err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
+			return store.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
 		}
-		if found && (!rec.Takeable(now) || rec.State == idem.StateInProgress && s.isHeld(c.Scope, c.Key)) {
-			return idem.ClaimResult{Existing: &rec}, nil
+		if found && (!rec.Takeable(now) || rec.State == store.InProgress && s.isHeld(c.Ref())) {
+			return store.ClaimResult{Existing: &rec}, nil
 		}
 		n, err := s.write(ctx, s.q.claim, scope, key, []byte(c.Fingerprint), []byte(c.Token),
 			now.UnixMicro(), sqlbase.CeilMicro(c.LeaseEnd).UnixMicro())
 		if err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
+			return store.ClaimResult{}, fmt.Errorf("sqlitestore: claim: %w", err)
 		}
 		if n == 1 {
-			return idem.ClaimResult{Acquired: true}, nil
+			return store.ClaimResult{Acquired: true}, nil
 		}
 	}
-	return idem.ClaimResult{}, fmt.Errorf("sqlitestore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
+	return store.ClaimResult{}, fmt.Errorf("sqlitestore: claim: still racing with concurrent writers after %d attempts", maxClaimAttempts)
 }
 
 // read returns the row of (scope, key), expired or not.
-func (s *Store) read(ctx context.Context, scope, key []byte) (idem.Record, bool, error) {
+func (s *Store) read(ctx context.Context, scope, key []byte) (store.Record, bool, error) {
 	var r sqlbase.MicroRow
 	found, err := r.Scan(s.db.QueryRowContext(ctx, s.q.read, scope, key))
 	if err != nil || !found {
-		return idem.Record{}, false, err
+		return store.Record{}, false, err
 	}
 	rec, err := r.Record()
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("key %q: %w", key, err)
+		return store.Record{}, false, fmt.Errorf("key %q: %w", key, err)
 	}
 	return rec, true, nil
 }
 
-// Complete implements idem.Store in one statement under the write lock,
+// Complete implements store.Store in one statement under the write lock,
 // and wakes the key's watchers.
-func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
-	args, err := completion(scope, key, token, resp, expiresAt)
+func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
+	args, err := completion(h, c)
 	if err != nil {
 		return err
 	}
@@ -251,86 +252,86 @@ func (s *Store) Complete(ctx context.Context, scope, key, token string, resp ide
 	if err := sqlbase.WriteResult("sqlitestore", "complete", n, err); err != nil {
 		return err
 	}
-	s.wake(scope, key)
+	s.wake(h.Ref)
 	return nil
 }
 
-// completion checks a response and returns the parameters of the complete
-// statement for it.
-func completion(scope, key, token string, resp idem.Response, expiresAt time.Time) ([]any, error) {
-	if err := sqlbase.CheckStatus("sqlitestore", resp.Status); err != nil {
-		return nil, err
+// completion returns the parameters of the complete statement for c: the
+// result's Head in the headers column, its Body (NULL when omitted), and
+// a NULL status, which only rows written before results were opaque have.
+// It refuses an empty Head, which would read back as a corrupt record.
+func completion(h store.Hold, c store.Completion) ([]any, error) {
+	res := c.Result
+	if len(res.Head) == 0 {
+		return nil, errors.New("sqlitestore: complete: the result has no head")
 	}
-	var header, body []byte // NULL for nil
-	if resp.Header != nil {
-		header = idem.AppendHeader([]byte{}, resp.Header)
-	}
-	if !resp.BodyOmitted && resp.Body != nil {
-		body = resp.Body
+	var body []byte // NULL for nil
+	if !res.BodyOmitted && res.Body != nil {
+		body = res.Body
 		if len(body) == 0 {
 			body = []byte{} // an empty, not a NULL, body
 		}
 	}
-	return []any{[]byte(scope), []byte(key), []byte(token), int64(resp.Status), header, body,
-		resp.BodyOmitted, sqlbase.CeilMicro(expiresAt).UnixMicro()}, nil
+	return []any{[]byte(h.Scope), []byte(h.Key), []byte(h.Token), res.Head, body,
+		res.BodyOmitted, sqlbase.CeilMicro(c.ExpiresAt).UnixMicro()}, nil
 }
 
-// Release implements idem.Store in one statement under the write lock.
-func (s *Store) Release(ctx context.Context, scope, key, token string) error {
-	n, err := s.write(ctx, s.q.release, []byte(scope), []byte(key), []byte(token))
+// Release implements store.Store in one statement under the write lock.
+func (s *Store) Release(ctx context.Context, h store.Hold) error {
+	n, err := s.write(ctx, s.q.release, []byte(h.Scope), []byte(h.Key), []byte(h.Token))
 	if err := sqlbase.WriteResult("sqlitestore", "release", n, err); err != nil {
 		return err
 	}
-	s.wake(scope, key)
+	s.wake(h.Ref)
 	return nil
 }
 
-// Get implements idem.Getter in one read.
-func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
+// Get implements store.Getter in one read.
+func (s *Store) Get(ctx context.Context, ref store.Ref, now time.Time) (store.Record, bool, error) {
 	var r sqlbase.MicroRow
-	found, err := r.Scan(s.db.QueryRowContext(ctx, s.q.get, []byte(scope), []byte(key), sqlbase.FloorMicro(now).UnixMicro()))
+	found, err := r.Scan(s.db.QueryRowContext(ctx, s.q.get, []byte(ref.Scope), []byte(ref.Key), sqlbase.FloorMicro(now).UnixMicro()))
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("sqlitestore: get: %w", err)
+		return store.Record{}, false, fmt.Errorf("sqlitestore: get: %w", err)
 	}
 	if !found {
-		return idem.Record{}, false, nil
+		return store.Record{}, false, nil
 	}
 	rec, err := r.Record()
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("sqlitestore: get, key %q: %w", key, err)
+		return store.Record{}, false, fmt.Errorf("sqlitestore: get, key %q: %w", ref.Key, err)
 	}
 	return rec, true, nil
 }
 
-// Delete implements idem.Deleter in one statement under the write lock.
+// Delete implements store.Deleter in one statement under the write lock.
 // It reports whether a row was there, expired or not, and wakes watchers
 // of the key.
-func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
-	n, err := s.write(ctx, s.q.delete, []byte(scope), []byte(key))
+func (s *Store) Delete(ctx context.Context, ref store.Ref) (bool, error) {
+	n, err := s.write(ctx, s.q.delete, []byte(ref.Scope), []byte(ref.Key))
 	if err != nil {
 		return false, fmt.Errorf("sqlitestore: delete: %w", err)
 	}
 	if n > 0 {
-		s.wake(scope, key)
+		s.wake(ref)
 	}
 	return n > 0, nil
 }
 
-// Evict implements idem.Evicter in one statement under the write lock.
-func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
-	n, err := s.write(ctx, s.q.evict, []byte(scope), []byte(key), []byte(token))
+// Evict implements store.Evicter in one statement under the write lock.
+func (s *Store) Evict(ctx context.Context, h store.Hold) error {
+	n, err := s.write(ctx, s.q.evict, []byte(h.Scope), []byte(h.Key), []byte(h.Token))
 	if err := sqlbase.WriteResult("sqlitestore", "evict", n, err); err != nil {
 		return err
 	}
-	s.wake(scope, key)
+	s.wake(h.Ref)
 	return nil
 }
 
-// Extend implements idem.Extender in one statement under the write lock.
+// Extend implements store.Extender in one statement under the write lock.
 // Like Complete, it moves the lease of a claim its token still holds, even
 // once the lease has ended.
-func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
-	n, err := s.write(ctx, s.q.extend, []byte(scope), []byte(key), []byte(token), sqlbase.CeilMicro(leaseEnd).UnixMicro())
+func (s *Store) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Time) error {
+	n, err := s.write(ctx, s.q.extend, []byte(h.Scope), []byte(h.Key), []byte(h.Token), sqlbase.CeilMicro(leaseEnd).UnixMicro())
 	if err := sqlbase.WriteResult("sqlitestore", "extend", n, err); err != nil {
 		return err
 	}
@@ -338,19 +339,19 @@ func (s *Store) Extend(ctx context.Context, scope, key, token string, now, lease
 }
 
 // isHeld reports whether a live exactly-once transaction holds the record.
-func (s *Store) isHeld(scope, key string) bool {
+func (s *Store) isHeld(r store.Ref) bool {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	_, ok := s.held[sqlbase.WatchKey{Scope: scope, Key: key}]
+	_, ok := s.held[r]
 	return ok
 }
 
-func (s *Store) setHeld(scope, key string, on bool) {
+func (s *Store) setHeld(r store.Ref, on bool) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	if on {
-		s.held[sqlbase.WatchKey{Scope: scope, Key: key}] = struct{}{}
+		s.held[r] = struct{}{}
 	} else {
-		delete(s.held, sqlbase.WatchKey{Scope: scope, Key: key})
+		delete(s.held, r)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 func TestNewBadOptions(t *testing.T) {
@@ -169,14 +170,13 @@ func TestSweeper(t *testing.T) {
 	s := newStore(t, db, WithSweepInterval(0)) // sets the records up
 	ctx := t.Context()
 	past := time.Now().Add(-time.Hour)
-	c := idem.Claim{Scope: "s", Key: "old", Fingerprint: "f", Token: "t", Now: past, LeaseEnd: past.Add(time.Minute)}
-	if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+	if res, err := s.Claim(ctx, claimAt("old", "t", past, time.Minute)); err != nil || !res.Acquired {
 		t.Fatalf("claim: %v %v", res, err)
 	}
-	if err := s.Complete(ctx, "s", "old", "t", idem.Response{Status: 200}, past, past.Add(time.Minute)); err != nil {
+	if err := s.Complete(ctx, hold("old", "t"), done("ok", past, past.Add(time.Minute))); err != nil {
 		t.Fatal(err)
 	}
-	live := idem.Claim{Scope: "s", Key: "live", Fingerprint: "f", Token: "t", Now: time.Now(), LeaseEnd: time.Now().Add(time.Hour)}
+	live := claimAt("live", "t", time.Now(), time.Hour)
 	if res, err := s.Claim(ctx, live); err != nil || !res.Acquired {
 		t.Fatalf("claim: %v %v", res, err)
 	}
@@ -198,29 +198,57 @@ func TestSweeper(t *testing.T) {
 	if err := s.Sweep(ctx, time.Millisecond); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Sweep after Close: %v, want ErrClosed", err)
 	}
-	if _, _, err := s.Watch(ctx, "s", "live"); !errors.Is(err, ErrClosed) {
+	if _, _, err := s.Watch(ctx, ref("live")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Watch after Close: %v, want ErrClosed", err)
 	}
 }
 
 // TestCorruptRecord: a row this package cannot have written is reported
-// as idem.ErrCorruptRecord, never replayed.
+// as store.ErrCorruptRecord, never replayed: a completed row without a
+// head (NULL or empty headers, no status), a state other than 1 or 2, an
+// in-progress row without a lease end.
 func TestCorruptRecord(t *testing.T) {
 	s := newStore(t, nil)
-	q := `INSERT INTO ` + quoteIdent(s.Table()) + ` (scope, "key", fingerprint, token, state, status, created_at, expires_at)
-VALUES (?, ?, 'f', 't', 2, ?, 0, ?)`
+	q := `INSERT INTO ` + quoteIdent(s.Table()) + ` (scope, "key", fingerprint, token, state, headers, body, created_at, lease_end, expires_at)
+VALUES (?, ?, 'f', 't', ?, ?, 'b', 0, NULL, ?)`
 	far := time.Now().Add(time.Hour).UnixMicro()
-	for key, status := range map[string]any{"null-status": nil, "bad-status": 700} {
-		if _, err := s.db.ExecContext(t.Context(), q, []byte("s"), []byte(key), status, far); err != nil {
+	for _, tc := range []struct {
+		key   string
+		state int
+		head  any
+	}{
+		{"null-head", 2, nil},
+		{"empty-head", 2, []byte{}},
+		{"state-3", 3, []byte("h")},
+		{"in-progress-without-lease", 1, nil},
+	} {
+		if _, err := s.db.ExecContext(t.Context(), q, []byte("s"), []byte(tc.key), tc.state, tc.head, far); err != nil {
 			t.Fatal(err)
 		}
-		c := idem.Claim{Scope: "s", Key: key, Fingerprint: "f", Token: "t2", Now: time.Now(), LeaseEnd: time.Now().Add(time.Minute)}
-		if _, err := s.Claim(t.Context(), c); !errors.Is(err, idem.ErrCorruptRecord) {
-			t.Errorf("claim on %s: %v, want ErrCorruptRecord", key, err)
+		if _, err := s.Claim(t.Context(), claimAt(tc.key, "t2", time.Now(), time.Minute)); !errors.Is(err, store.ErrCorruptRecord) {
+			t.Errorf("claim on %s: %v, want ErrCorruptRecord", tc.key, err)
 		}
-		if _, _, err := s.Get(t.Context(), "s", key, time.Now()); !errors.Is(err, idem.ErrCorruptRecord) {
-			t.Errorf("get on %s: %v, want ErrCorruptRecord", key, err)
+		if _, _, err := s.Get(t.Context(), ref(tc.key), time.Now()); !errors.Is(err, store.ErrCorruptRecord) {
+			t.Errorf("get on %s: %v, want ErrCorruptRecord", tc.key, err)
 		}
+	}
+}
+
+// TestCompleteEmptyHead: Complete refuses a result without a head, which
+// would read back as corrupt, and leaves the claim in progress.
+func TestCompleteEmptyHead(t *testing.T) {
+	s := newStore(t, nil)
+	now := time.Now()
+	if res, err := s.Claim(t.Context(), claimAt("k", "t", now, time.Minute)); err != nil || !res.Acquired {
+		t.Fatalf("claim: %v %v", res, err)
+	}
+	c := done("body", now, now.Add(time.Hour))
+	c.Result.Head = nil
+	if err := s.Complete(t.Context(), hold("k", "t"), c); err == nil {
+		t.Fatal("Complete without a head succeeded")
+	}
+	if rec, ok, err := s.Get(t.Context(), ref("k"), now); err != nil || !ok || rec.State != store.InProgress {
+		t.Fatalf("record after the refused Complete: %+v %v %v, want the claim in progress", rec, ok, err)
 	}
 }
 
@@ -240,7 +268,7 @@ func TestSchema(t *testing.T) {
 		t.Fatalf("second CreateSchema: %v", err)
 	}
 	other := newStore(t, db, WithTable("other_keys"))
-	c := idem.Claim{Scope: "s", Key: "k", Fingerprint: "f", Token: "t", Now: time.Now(), LeaseEnd: time.Now().Add(time.Minute)}
+	c := claimAt("k", "t", time.Now(), time.Minute)
 	for _, st := range []*Store{s, other} {
 		if res, err := st.Claim(t.Context(), c); err != nil || !res.Acquired {
 			t.Fatalf("claim in %s: %v %v; tables must be separate", st.Table(), res, err)
@@ -271,9 +299,7 @@ func TestTwoStoresOneFile(t *testing.T) {
 		s := stores[i%2]
 		wg.Go(func() {
 			for k := range keys {
-				c := idem.Claim{Scope: "s", Key: strconv.Itoa(k), Fingerprint: "f", Token: strconv.Itoa(i),
-					Now: now, LeaseEnd: now.Add(time.Minute)}
-				res, err := s.Claim(t.Context(), c)
+				res, err := s.Claim(t.Context(), claimAt(strconv.Itoa(k), strconv.Itoa(i), now, time.Minute))
 				if err != nil {
 					errs <- err
 					continue

@@ -9,7 +9,7 @@ import (
 	"github.com/idemkit/idem/stores/sqlbase"
 )
 
-// DeleteExpired implements idem.ExpiredDeleter. It removes completed
+// DeleteExpired implements store.ExpiredDeleter. It removes completed
 // records from their expiry, and in-progress ones a lease later (at
 // LeaseEnd + (LeaseEnd - CreatedAt)), so that a late completion of a
 // claim nobody took over still lands. It works in batches of at most 1000

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	idem "github.com/idemkit/idem/core"
 )
 
 // TestSweeperInterval: on a fake clock, the background sweeper deletes a
@@ -32,13 +30,12 @@ func TestSweeperInterval(t *testing.T) {
 		}
 		now := time.Now()
 		claim := func(key string, lease time.Duration) {
-			c := idem.Claim{Scope: "s", Key: key, Fingerprint: "f", Token: "t", Now: now, LeaseEnd: now.Add(lease)}
-			if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
+			if res, err := s.Claim(ctx, claimAt(key, "t", now, lease)); err != nil || !res.Acquired {
 				t.Fatalf("claim %s: %v %v", key, res, err)
 			}
 		}
 		claim("done", time.Minute)
-		if err := s.Complete(ctx, "s", "done", "t", idem.Response{Status: 200}, now, now.Add(90*time.Second)); err != nil {
+		if err := s.Complete(ctx, hold("done", "t"), done("ok", now, now.Add(90*time.Second))); err != nil {
 			t.Fatal(err)
 		}
 		claim("abandoned", 30*time.Second) // removable a lease after its end: at 60 s

@@ -5,14 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
 )
 
 // ExactlyOnceStore is a Store whose engine runs each claimed request in a
-// transaction on the same database (idem.TxBeginner): the handler's
+// transaction on the same database (store.TxBeginner): the handler's
 // writes, made through Tx(r.Context()), and the completed record commit
 // together or not at all. Get one with Store.ExactlyOnce; it has every
 // method of Store.
@@ -23,22 +22,23 @@ import (
 // the running one (at most the engine's store timeout, see
 // idem.WithStoreTimeout; set it above your slowest handler). Replays,
 // 409s and 422s are reads and do not wait. The transaction holds the
-// claim by itself (idem.ClaimHolder): no heartbeat. See "Exactly-once
+// claim by itself (store.ClaimHolder): no heartbeat. See "Exactly-once
 // mode" in the package doc.
 type ExactlyOnceStore struct {
 	*Store
 }
 
 var (
-	_ idem.Store       = (*ExactlyOnceStore)(nil)
-	_ idem.TxBeginner  = (*ExactlyOnceStore)(nil)
-	_ idem.Getter      = (*ExactlyOnceStore)(nil)
-	_ idem.Deleter     = (*ExactlyOnceStore)(nil)
-	_ idem.Notifier    = (*ExactlyOnceStore)(nil)
-	_ idem.Extender    = (*ExactlyOnceStore)(nil)
-	_ idem.Evicter     = (*ExactlyOnceStore)(nil)
-	_ idem.Tx          = (*txn)(nil)
-	_ idem.ClaimHolder = (*txn)(nil)
+	_ store.Store          = (*ExactlyOnceStore)(nil)
+	_ store.TxBeginner     = (*ExactlyOnceStore)(nil)
+	_ store.Getter         = (*ExactlyOnceStore)(nil)
+	_ store.Deleter        = (*ExactlyOnceStore)(nil)
+	_ store.ExpiredDeleter = (*ExactlyOnceStore)(nil)
+	_ store.Notifier       = (*ExactlyOnceStore)(nil)
+	_ store.Extender       = (*ExactlyOnceStore)(nil)
+	_ store.Evicter        = (*ExactlyOnceStore)(nil)
+	_ store.Tx             = (*txn)(nil)
+	_ store.ClaimHolder    = (*txn)(nil)
 )
 
 // ExactlyOnce returns s in exactly-once mode: pass it to idem.New instead
@@ -70,38 +70,38 @@ func Tx(ctx context.Context) (*sql.Tx, bool) {
 	return t.tx, true
 }
 
-// BeginTx implements idem.TxBeginner. It takes the store's write lock, a
+// BeginTx implements store.TxBeginner. It takes the store's write lock, a
 // connection of its own and starts a transaction on it whose first
-// statement checks that token still holds the in-progress record (a no-op
-// UPDATE, which also takes SQLite's write lock at once); when it does not,
-// BeginTx rolls back and returns idem.ErrLeaseLost. ctx bounds only the
+// statement checks that h.Token still holds the in-progress record (a
+// no-op UPDATE, which also takes SQLite's write lock at once); when it
+// does not, BeginTx rolls back and returns store.ErrLeaseLost. ctx bounds only the
 // wait for the lock, the connection and the start: the transaction
 // outlives it.
-func (s *ExactlyOnceStore) BeginTx(ctx context.Context, scope, key, token string) (idem.Tx, error) {
+func (s *ExactlyOnceStore) BeginTx(ctx context.Context, h store.Hold) (store.Tx, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, fmt.Errorf("sqlitestore: begin: %w", err)
 	}
-	t := &txn{s: s.Store, scope: scope, key: key, token: token}
+	t := &txn{s: s.Store, h: h}
 	if err := t.begin(ctx); err != nil {
 		t.abandon()
-		if errors.Is(err, idem.ErrLeaseLost) {
+		if errors.Is(err, store.ErrLeaseLost) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("sqlitestore: begin: %w", err)
 	}
-	s.setHeld(scope, key, true)
+	s.setHeld(h.Ref, true)
 	return t, nil
 }
 
-// txn is the idem.Tx an ExactlyOnceStore hands the engine. It owns the
-// store's write lock from BeginTx until finish.
+// txn is the store.Tx an ExactlyOnceStore hands the engine. It owns the
+// store's write lock from BeginTx until end.
 type txn struct {
-	s                 *Store
-	conn              *sql.Conn
-	tx                *sql.Tx
-	cancel            context.CancelFunc // ends the transaction's context
-	scope, key, token string
-	done              bool
+	s      *Store
+	conn   *sql.Conn
+	tx     *sql.Tx
+	cancel context.CancelFunc // ends the transaction's context
+	h      store.Hold
+	done   bool
 }
 
 func (t *txn) begin(ctx context.Context) error {
@@ -116,17 +116,17 @@ func (t *txn) begin(ctx context.Context) error {
 	if t.tx, err = t.conn.BeginTx(txCtx, nil); err != nil {
 		return err
 	}
-	res, err := t.tx.ExecContext(ctx, t.s.q.hold, []byte(t.scope), []byte(t.key), []byte(t.token))
+	res, err := t.tx.ExecContext(ctx, t.s.q.hold, []byte(t.h.Scope), []byte(t.h.Key), []byte(t.h.Token))
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	return nil
 }
 
-// HoldsClaim implements idem.ClaimHolder: from BeginTx until it ends the
+// HoldsClaim implements store.ClaimHolder: from BeginTx until it ends the
 // transaction holds the write lock, so nothing else writes the record,
 // and the store's Claim answers with the record past its lease end too.
 func (t *txn) HoldsClaim() bool { return true }
@@ -138,19 +138,19 @@ func (t *txn) Context(parent context.Context) context.Context {
 
 // Commit completes the record inside the transaction, with the same token
 // check as Store.Complete, and commits. When the record is not held by the
-// token any more it rolls back and returns idem.ErrLeaseLost. A COMMIT
+// token any more it rolls back and returns store.ErrLeaseLost. A COMMIT
 // that fails (a deferred foreign key the handler's writes violate, a full
 // disk) rolls everything back, the record's completion too, and returns
-// the error; the engine then answers 503 and releases the key. A
-// transaction the handler ended itself is failed: an answer of 400 or
-// more is then stored on its own (token-checked), one below 400 is
-// refused, since its writes may be gone.
-func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt time.Time) error {
+// the error; the engine then answers 503 and releases the key. When the
+// handler ended the transaction itself, a c.Failed outcome is then stored
+// on its own (token-checked) and any other is refused, since its writes
+// may be gone.
+func (t *txn) Commit(ctx context.Context, c store.Completion) error {
 	if t.done {
 		return errors.New("sqlitestore: commit: transaction already finished")
 	}
 	t.done = true
-	args, err := completion(t.scope, t.key, t.token, resp, expiresAt)
+	args, err := completion(t.h, c)
 	if err != nil {
 		t.end(t.tx.Rollback) //nolint:errcheck // the error above is the one to report
 		return err
@@ -158,13 +158,13 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	res, err := t.tx.ExecContext(ctx, t.s.q.complete, args...)
 	if errors.Is(err, sql.ErrTxDone) {
 		t.end(func() error { return nil }) //nolint:errcheck // gives the lock back
-		return sqlbase.CommitEnded("sqlitestore", resp.Status, func() error {
-			return t.s.Complete(ctx, t.scope, t.key, t.token, resp, now, expiresAt)
+		return sqlbase.CommitEnded("sqlitestore", c.Failed, func() error {
+			return t.s.Complete(ctx, t.h, c)
 		})
 	}
 	if err == nil {
 		if n, _ := res.RowsAffected(); n != 1 {
-			err = idem.ErrLeaseLost
+			err = store.ErrLeaseLost
 		}
 	}
 	if err != nil {
@@ -173,7 +173,7 @@ func (t *txn) Commit(ctx context.Context, resp idem.Response, now, expiresAt tim
 	if err := t.end(t.tx.Commit); err != nil {
 		return fmt.Errorf("sqlitestore: commit: %w", err)
 	}
-	t.s.wake(t.scope, t.key)
+	t.s.wake(t.h.Ref)
 	return nil
 }
 
@@ -194,7 +194,7 @@ func (t *txn) Rollback(ctx context.Context) error {
 // connection, the claim and the write lock, in that order.
 func (t *txn) end(f func() error) error {
 	err := f()
-	t.s.setHeld(t.scope, t.key, false)
+	t.s.setHeld(t.h.Ref, false)
 	t.abandon()
 	return err
 }

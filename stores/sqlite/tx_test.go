@@ -3,15 +3,14 @@ package sqlitestore
 import (
 	"context"
 	"errors"
-	"net/http"
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
-func txClaim(key, token string, now time.Time) idem.Claim {
-	return idem.Claim{Scope: "s", Key: key, Fingerprint: "f", Token: token, Now: now, LeaseEnd: now.Add(time.Minute)}
+func txClaim(key, token string, now time.Time) store.Claim {
+	return claimAt(key, token, now, time.Minute)
 }
 
 func TestTxOutsideExactlyOnce(t *testing.T) {
@@ -21,7 +20,7 @@ func TestTxOutsideExactlyOnce(t *testing.T) {
 }
 
 // TestBeginTxLost: BeginTx for a token that does not hold the claim
-// returns idem.ErrLeaseLost and gives the write lock back.
+// returns store.ErrLeaseLost and gives the write lock back.
 func TestBeginTxLost(t *testing.T) {
 	s := newStore(t, nil).ExactlyOnce()
 	ctx := t.Context()
@@ -30,14 +29,14 @@ func TestBeginTxLost(t *testing.T) {
 		t.Fatal(res, err)
 	}
 	for _, tc := range []struct{ key, token string }{{"k", "wrong"}, {"missing", "t1"}} {
-		if _, err := s.BeginTx(ctx, "s", tc.key, tc.token); !errors.Is(err, idem.ErrLeaseLost) {
+		if _, err := s.BeginTx(ctx, hold(tc.key, tc.token)); !errors.Is(err, store.ErrLeaseLost) {
 			t.Fatalf("BeginTx(%q, %q): %v, want ErrLeaseLost", tc.key, tc.token, err)
 		}
 	}
 	// The lock is free: a write goes through at once.
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := s.Complete(wctx, "s", "k", "t1", idem.Response{Status: 200}, now, now.Add(time.Hour)); err != nil {
+	if err := s.Complete(wctx, hold("k", "t1"), done("ok", now, now.Add(time.Hour))); err != nil {
 		t.Fatalf("Complete after failed BeginTx: %v", err)
 	}
 }
@@ -53,19 +52,19 @@ func TestBeginTxWaitsForLock(t *testing.T) {
 			t.Fatal(res, err)
 		}
 	}
-	tx, err := s.BeginTx(ctx, "s", "a", "t")
+	tx, err := s.BeginTx(ctx, hold("a", "t"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if _, err := s.BeginTx(short, "s", "b", "t"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.BeginTx(short, hold("b", "t")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("BeginTx while another transaction runs: %v, want the context's deadline", err)
 	}
-	if err := tx.Commit(ctx, idem.Response{Status: 201}, now, now.Add(time.Hour)); err != nil {
+	if err := tx.Commit(ctx, done("created", now, now.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
-	tx2, err := s.BeginTx(ctx, "s", "b", "t")
+	tx2, err := s.BeginTx(ctx, hold("b", "t"))
 	if err != nil {
 		t.Fatalf("BeginTx after the first committed: %v", err)
 	}
@@ -75,21 +74,20 @@ func TestBeginTxWaitsForLock(t *testing.T) {
 }
 
 // TestTxEndedByHandler: a handler that commits the transaction itself
-// fails a success answer (its writes are outside the record) and stores
-// an error answer on its own.
+// fails an outcome that is not Failed (its writes are outside the record)
+// and stores a Failed one on its own.
 func TestTxEndedByHandler(t *testing.T) {
 	s := newStore(t, nil).ExactlyOnce()
 	ctx := t.Context()
 	now := time.Now()
 	for _, tc := range []struct {
 		key    string
-		status int
-		stored bool
-	}{{"ok", http.StatusCreated, false}, {"bad", http.StatusBadRequest, true}} {
+		failed bool
+	}{{"ok", false}, {"bad", true}} {
 		if res, err := s.Claim(ctx, txClaim(tc.key, "t", now)); err != nil || !res.Acquired {
 			t.Fatal(res, err)
 		}
-		itx, err := s.BeginTx(ctx, "s", tc.key, "t")
+		itx, err := s.BeginTx(ctx, hold(tc.key, "t"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,13 +95,15 @@ func TestTxEndedByHandler(t *testing.T) {
 		if err := sqlTx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		err = itx.Commit(ctx, idem.Response{Status: tc.status}, now, now.Add(time.Hour))
-		if (err == nil) != tc.stored {
-			t.Fatalf("%d after the handler committed: %v, want stored %v", tc.status, err, tc.stored)
+		c := done(tc.key, now, now.Add(time.Hour))
+		c.Failed = tc.failed
+		err = itx.Commit(ctx, c)
+		if stored := tc.failed; (err == nil) != stored {
+			t.Fatalf("Failed %v after the handler committed: %v, want stored %v", tc.failed, err, stored)
 		}
-		rec, ok, _ := s.Get(ctx, "s", tc.key, now)
-		if done := ok && rec.State == idem.StateCompleted; done != tc.stored {
-			t.Fatalf("%d: record completed %v, want %v", tc.status, done, tc.stored)
+		rec, ok, _ := s.Get(ctx, ref(tc.key), now)
+		if completed := ok && rec.State == store.Completed; completed != tc.failed {
+			t.Fatalf("Failed %v: record completed %v, want %v", tc.failed, completed, tc.failed)
 		}
 	}
 }
