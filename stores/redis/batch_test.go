@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // TestExtendBatchOneRoundTrip: the heartbeat's beat over many claims is
@@ -21,13 +21,13 @@ func TestExtendBatchOneRoundTrip(t *testing.T) {
 	ctx := t.Context()
 	now := time.Now()
 	const n = 20
-	refs := make([]idem.ExtendRef, n)
+	refs := make([]store.Extension, n)
 	for i := range refs {
 		key := "k" + strconv.Itoa(i)
-		if _, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil {
+		if _, err := s.Claim(ctx, store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
-		refs[i] = idem.ExtendRef{Scope: "s", Key: key, Token: "tok", LeaseEnd: now.Add(time.Hour)}
+		refs[i] = store.Extension{Hold: holdOf("s", key, "tok"), LeaseEnd: now.Add(time.Hour)}
 	}
 	refs[3].Token = "another"
 	s.ExtendBatch(ctx, now, refs) // the pool dials its connection (HELLO, CLIENT) here, not below
@@ -53,7 +53,7 @@ func TestExtendBatchOneRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	rec, ok, err := s.Get(ctx, "s", "k0", now)
+	rec, ok, err := s.Get(ctx, refOf("s", "k0"), now)
 	if err != nil || !ok || !rec.LeaseEnd.Equal(now.Add(time.Hour).Truncate(time.Millisecond)) && !rec.LeaseEnd.Equal(now.Add(time.Hour)) {
 		t.Errorf("lease end after the batch: %v %v %v", rec.LeaseEnd, ok, err)
 	}

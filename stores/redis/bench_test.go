@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // The benchmarks put the Store's steps next to the cheapest command that
@@ -24,10 +25,9 @@ import (
 // BenchmarkReplicasRatios prices WithReplicas the same way, against a
 // private primary and replica.
 
-var benchResp = idem.Response{
-	Status: http.StatusCreated,
-	Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/orders/42"}},
-	Body:   []byte(`{"id":42,"item":"book","quantity":1,"status":"created","total":"12.50"}`),
+var benchResp = store.Result{
+	Head: httpHead(http.StatusCreated, http.Header{"Content-Type": {"application/json"}, "Location": {"/orders/42"}}),
+	Body: []byte(`{"id":42,"item":"book","quantity":1,"status":"created","total":"12.50"}`),
 }
 
 const benchLease = 5 * time.Minute
@@ -60,11 +60,11 @@ func BenchmarkClaimComplete(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		key := strconv.Itoa(i)
 		now := time.Now()
-		res, err := s.Claim(ctx, idem.Claim{Scope: "bench", Key: key, Fingerprint: "fingerprint", Token: "token", Now: now, LeaseEnd: now.Add(benchLease)})
+		res, err := s.Claim(ctx, store.Claim{Scope: "bench", Key: key, Fingerprint: "fingerprint", Token: "token", Now: now, LeaseEnd: now.Add(benchLease)})
 		if err != nil || !res.Acquired {
 			b.Fatal(res, err)
 		}
-		if err := s.Complete(ctx, "bench", key, "token", benchResp, now, now.Add(time.Hour)); err != nil {
+		if err := s.Complete(ctx, holdOf("bench", key, "token"), completion(benchResp, now, now.Add(time.Hour))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -77,17 +77,17 @@ func BenchmarkReplay(b *testing.B) {
 	warmUp(b, s)
 	ctx := context.Background()
 	now := time.Now()
-	if _, err := s.Claim(ctx, idem.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token", Now: now, LeaseEnd: now.Add(benchLease)}); err != nil {
+	if _, err := s.Claim(ctx, store.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token", Now: now, LeaseEnd: now.Add(benchLease)}); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.Complete(ctx, "bench", "done", "token", benchResp, now, now.Add(time.Hour)); err != nil {
+	if err := s.Complete(ctx, holdOf("bench", "done", "token"), completion(benchResp, now, now.Add(time.Hour))); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
 		now := time.Now()
-		res, err := s.Claim(ctx, idem.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token2", Now: now, LeaseEnd: now.Add(benchLease)})
-		if err != nil || res.Existing == nil || res.Existing.Response == nil {
+		res, err := s.Claim(ctx, store.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token2", Now: now, LeaseEnd: now.Add(benchLease)})
+		if err != nil || res.Existing == nil || len(res.Existing.Result.Head) == 0 {
 			b.Fatal(res, err)
 		}
 	}
@@ -106,10 +106,10 @@ func BenchmarkRatios(b *testing.B) {
 	warmUp(b, s)
 	ctx := context.Background()
 	now := time.Now()
-	if _, err := s.Claim(ctx, idem.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token", Now: now, LeaseEnd: now.Add(benchLease)}); err != nil {
+	if _, err := s.Claim(ctx, store.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token", Now: now, LeaseEnd: now.Add(benchLease)}); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.Complete(ctx, "bench", "done", "token", benchResp, now, now.Add(time.Hour)); err != nil {
+	if err := s.Complete(ctx, holdOf("bench", "done", "token"), completion(benchResp, now, now.Add(time.Hour))); err != nil {
 		b.Fatal(err)
 	}
 	var set, first, replay, set2 []time.Duration
@@ -126,19 +126,19 @@ func BenchmarkRatios(b *testing.B) {
 			},
 			func() {
 				t0 := time.Now()
-				res, err := s.Claim(ctx, idem.Claim{Scope: "bench", Key: key, Fingerprint: "fingerprint", Token: "token", Now: t0, LeaseEnd: t0.Add(benchLease)})
+				res, err := s.Claim(ctx, store.Claim{Scope: "bench", Key: key, Fingerprint: "fingerprint", Token: "token", Now: t0, LeaseEnd: t0.Add(benchLease)})
 				if err != nil || !res.Acquired {
 					b.Fatal(res, err)
 				}
-				if err := s.Complete(ctx, "bench", key, "token", benchResp, t0, t0.Add(time.Hour)); err != nil {
+				if err := s.Complete(ctx, holdOf("bench", key, "token"), completion(benchResp, t0, t0.Add(time.Hour))); err != nil {
 					b.Fatal(err)
 				}
 				first = append(first, time.Since(t0))
 			},
 			func() {
 				t0 := time.Now()
-				res, err := s.Claim(ctx, idem.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token2", Now: t0, LeaseEnd: t0.Add(benchLease)})
-				if err != nil || res.Existing == nil || res.Existing.Response == nil {
+				res, err := s.Claim(ctx, store.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token2", Now: t0, LeaseEnd: t0.Add(benchLease)})
+				if err != nil || res.Existing == nil || len(res.Existing.Result.Head) == 0 {
 					b.Fatal(res, err)
 				}
 				replay = append(replay, time.Since(t0))
@@ -187,10 +187,10 @@ func BenchmarkReplicasRatios(b *testing.B) {
 	for _, s := range stores {
 		warmUp(b, s)
 		now := time.Now()
-		if _, err := s.Claim(ctx, idem.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token", Now: now, LeaseEnd: now.Add(benchLease)}); err != nil {
+		if _, err := s.Claim(ctx, store.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token", Now: now, LeaseEnd: now.Add(benchLease)}); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Complete(ctx, "bench", "done", "token", benchResp, now, now.Add(time.Hour)); err != nil {
+		if err := s.Complete(ctx, holdOf("bench", "done", "token"), completion(benchResp, now, now.Add(time.Hour))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -203,16 +203,16 @@ func BenchmarkReplicasRatios(b *testing.B) {
 			k := (i + j) % 2 // alternate which store goes first
 			s := stores[k]
 			t0 := time.Now()
-			res, err := s.Claim(ctx, idem.Claim{Scope: "bench", Key: key, Fingerprint: "fingerprint", Token: "token", Now: t0, LeaseEnd: t0.Add(benchLease)})
+			res, err := s.Claim(ctx, store.Claim{Scope: "bench", Key: key, Fingerprint: "fingerprint", Token: "token", Now: t0, LeaseEnd: t0.Add(benchLease)})
 			if err != nil || !res.Acquired {
 				b.Fatal(res, err)
 			}
-			if err := s.Complete(ctx, "bench", key, "token", benchResp, t0, t0.Add(time.Hour)); err != nil {
+			if err := s.Complete(ctx, holdOf("bench", key, "token"), completion(benchResp, t0, t0.Add(time.Hour))); err != nil {
 				b.Fatal(err)
 			}
 			first[k] = append(first[k], time.Since(t0))
 			t0 = time.Now()
-			res, err = s.Claim(ctx, idem.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token2", Now: t0, LeaseEnd: t0.Add(benchLease)})
+			res, err = s.Claim(ctx, store.Claim{Scope: "bench", Key: "done", Fingerprint: "fingerprint", Token: "token2", Now: t0, LeaseEnd: t0.Add(benchLease)})
 			if err != nil || res.Existing == nil {
 				b.Fatal(res, err)
 			}

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 )
 
 // recordKey returns the Redis key of the record for (scope, key) and the
@@ -53,11 +53,21 @@ const idLen = 32
 //	66      n     token (kept once completed, for Evict; records completed
 //	              before it was kept hold none, n = 0)
 //	66+n          fingerprint: uvarint length, bytes
-//	              completed only, the response:
-//	                uvarint status
-//	                flags byte: flagOmitted, flagHeader, flagBody
-//	                with flagHeader: uvarint length, idem.AppendHeader bytes
-//	                the body: every remaining byte
+//	              completed only, the result (store.Result):
+//	                format byte: resultFormat (2)
+//	                flags byte: flagOmitted
+//	                uvarint length, the Head
+//	                the Body: every remaining byte
+//
+// Records completed before results were opaque (legacy records) kept an
+// HTTP response where the result is: a uvarint status from 200 to 599,
+// whose first byte is 0x80 or more (so it never reads as a format byte);
+// a flags byte (flagOmitted, flagHeader, flagBody); with flagHeader a
+// uvarint length and the header bytes (the engine's header format, first
+// byte 1); and the body, every remaining byte, when flagBody is set. They
+// are read with store.LegacyHead and never written any more. The scripts
+// read neither form: they copy the fixed header and append what Go
+// encodes.
 //
 // Times are the engine's Unix nanoseconds with the sign bit flipped, as 20
 // zero-padded decimal digits, so that comparing two of them as strings
@@ -74,7 +84,14 @@ const (
 	maxToken   = 99999
 )
 
-// Response flags.
+// resultFormat is the first byte of a completed record's result; it
+// counts the result encodings this package has written (the legacy one,
+// which starts with a status, being the first). A later encoding takes
+// another byte below 0x80.
+const resultFormat = 2
+
+// Result flags. A result sets only flagOmitted; legacy records used all
+// three.
 const (
 	flagOmitted = 1 << iota
 	flagHeader
@@ -135,7 +152,7 @@ func parseTime(s string) (time.Time, error) {
 
 // newClaimRecord encodes the in-progress record a claim leaves. It fails
 // when a time is out of range or the token too long.
-func newClaimRecord(c *idem.Claim) (string, error) {
+func newClaimRecord(c *store.Claim) (string, error) {
 	if len(c.Token) > maxToken {
 		return "", fmt.Errorf("the token is %d bytes, more than %d", len(c.Token), maxToken)
 	}
@@ -154,29 +171,17 @@ func newClaimRecord(c *idem.Claim) (string, error) {
 	return string(b), nil
 }
 
-// encodeResponseHead encodes the response up to its body, which the
-// complete script appends.
-func encodeResponseHead(resp *idem.Response) []byte {
-	var h []byte
+// encodeResultHead encodes the result up to its body, which the complete
+// script appends.
+func encodeResultHead(res *store.Result) []byte {
 	var flags byte
-	if resp.BodyOmitted {
+	if res.BodyOmitted {
 		flags |= flagOmitted
 	}
-	if resp.Header != nil {
-		flags |= flagHeader
-		h = idem.AppendHeader(nil, resp.Header)
-	}
-	if resp.Body != nil {
-		flags |= flagBody
-	}
-	b := make([]byte, 0, 2*binary.MaxVarintLen64+1+len(h))
-	b = binary.AppendUvarint(b, uint64(resp.Status))
-	b = append(b, flags)
-	if flags&flagHeader != 0 {
-		b = binary.AppendUvarint(b, uint64(len(h)))
-		b = append(b, h...)
-	}
-	return b
+	b := make([]byte, 0, 2+binary.MaxVarintLen64+len(res.Head))
+	b = append(b, resultFormat, flags)
+	b = binary.AppendUvarint(b, uint64(len(res.Head)))
+	return append(b, res.Head...)
 }
 
 // maxTTLMillis is the longest TTL the Store sets, about 292 years: the
@@ -250,20 +255,21 @@ func chunk(s string) (string, string, bool) {
 const completedLease = "00000000000000000000"
 
 // decodeRecord decodes a record as the claim script or GET returns it. It
-// accepts only what this package writes, in its one encoding: state 1 or 2;
-// for a completed record no lease end, a status from 200 to 599 and known
-// flags; no bytes after an in-progress record's fingerprint.
-// Its errors wrap idem.ErrCorruptRecord.
-func decodeRecord(v string) (idem.Record, error) {
-	var rec idem.Record
+// accepts only what this package writes or wrote: state 1 or 2; for a
+// completed record no lease end and either a result in the current format
+// or a legacy response (see the layout above), with known flags; no bytes
+// after an in-progress record's fingerprint.
+// Its errors wrap store.ErrCorruptRecord.
+func decodeRecord(v string) (store.Record, error) {
+	var rec store.Record
 	if len(v) < offToken {
 		return rec, corrupt("%d bytes, shorter than the header", len(v))
 	}
 	switch v[0] {
 	case '1':
-		rec.State = idem.StateInProgress
+		rec.State = store.InProgress
 	case '2':
-		rec.State = idem.StateCompleted
+		rec.State = store.Completed
 	default:
 		return rec, corrupt("state byte %q", v[0])
 	}
@@ -274,7 +280,7 @@ func decodeRecord(v string) (idem.Record, error) {
 	if rec.CreatedAt, err = parseTime(v[offCreated : offCreated+timeLen]); err != nil {
 		return rec, corrupt("%v", err)
 	}
-	if rec.State == idem.StateInProgress {
+	if rec.State == store.InProgress {
 		if rec.LeaseEnd, err = parseTime(v[offLease : offLease+timeLen]); err != nil {
 			return rec, corrupt("%v", err)
 		}
@@ -290,43 +296,87 @@ func decodeRecord(v string) (idem.Record, error) {
 	if rec.Fingerprint, rest, ok = chunk(rest); !ok {
 		return rec, corrupt("bad fingerprint")
 	}
-	if rec.State == idem.StateInProgress {
+	if rec.State == store.InProgress {
 		if rest != "" {
 			return rec, corrupt("bytes after an in-progress record")
 		}
 		return rec, rec.Check()
 	}
-	resp := &idem.Response{}
-	status, rest, ok := uvarint(rest)
-	if !ok || len(rest) == 0 {
-		return rec, corrupt("bad response status")
+	switch {
+	case rest == "":
+		return rec, corrupt("completed without a result")
+	case rest[0] == resultFormat:
+		rec.Result, err = decodeResult(rest[1:])
+	case rest[0] >= 0x80:
+		rec.Result, err = decodeLegacy(rest)
+	default:
+		return rec, corrupt("unknown result format %#x", rest[0])
 	}
-	resp.Status = int(min(status, math.MaxInt32)) // the range is checked below
-	flags := rest[0]
-	rest = rest[1:]
-	if flags&^(flagOmitted|flagHeader|flagBody) != 0 {
-		return rec, corrupt("unknown response flags %#x", flags)
+	if err != nil {
+		return rec, err
 	}
-	resp.BodyOmitted = flags&flagOmitted != 0
-	if flags&flagHeader != 0 {
-		var h string
-		if h, rest, ok = chunk(rest); !ok {
-			return rec, corrupt("bad header length")
-		}
-		if resp.Header, err = idem.ParseHeader(h); err != nil {
-			return rec, err
-		}
-	}
-	if flags&flagBody != 0 {
-		resp.Body = []byte(rest)
-	} else if rest != "" {
-		return rec, corrupt("bytes after a nil body")
-	}
-	rec.Response = resp
 	return rec, rec.Check()
 }
 
-// corrupt returns an error wrapping idem.ErrCorruptRecord.
+// decodeResult decodes a result after its format byte.
+func decodeResult(s string) (store.Result, error) {
+	var res store.Result
+	if s == "" {
+		return res, corrupt("no result flags")
+	}
+	flags := s[0]
+	if flags&^flagOmitted != 0 {
+		return res, corrupt("unknown result flags %#x", flags)
+	}
+	res.BodyOmitted = flags&flagOmitted != 0
+	head, rest, ok := chunk(s[1:])
+	if !ok {
+		return res, corrupt("bad head length")
+	}
+	res.Head = []byte(head)
+	if rest != "" {
+		res.Body = []byte(rest)
+	}
+	return res, nil
+}
+
+// decodeLegacy decodes the response of a legacy record into a result
+// whose Head store.LegacyHead builds. The engine checks the status and
+// the header bytes, as it checks any Head.
+func decodeLegacy(s string) (store.Result, error) {
+	var res store.Result
+	status, rest, ok := uvarint(s)
+	if !ok || status > math.MaxInt32 {
+		return res, corrupt("bad legacy response status")
+	}
+	if rest == "" {
+		return res, corrupt("no legacy response flags")
+	}
+	flags := rest[0]
+	rest = rest[1:]
+	if flags&^(flagOmitted|flagHeader|flagBody) != 0 {
+		return res, corrupt("unknown legacy response flags %#x", flags)
+	}
+	res.BodyOmitted = flags&flagOmitted != 0
+	var h string
+	if flags&flagHeader != 0 {
+		if h, rest, ok = chunk(rest); !ok {
+			return res, corrupt("bad legacy header length")
+		}
+		if h == "" {
+			return res, corrupt("empty legacy header bytes")
+		}
+	}
+	if flags&flagBody != 0 {
+		res.Body = []byte(rest)
+	} else if rest != "" {
+		return res, corrupt("bytes after a nil body")
+	}
+	res.Head = store.LegacyHead(int(status), []byte(h))
+	return res, nil
+}
+
+// corrupt returns an error wrapping store.ErrCorruptRecord.
 func corrupt(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{idem.ErrCorruptRecord}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{store.ErrCorruptRecord}, args...)...)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -141,14 +142,14 @@ func TestCommandsPerRequest(t *testing.T) {
 				ctx := t.Context()
 				key := fmt.Sprintf("%s-%v", step.name, waited)
 				now := time.Now()
-				c := idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
+				c := store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
 				if res, err := s.Claim(ctx, c); err != nil || !res.Acquired {
 					t.Fatal(res, err)
 				}
 				ch := make(<-chan struct{})
 				if waited {
 					var stop func()
-					if ch, stop, err = waiter.Watch(ctx, "s", key); err != nil {
+					if ch, stop, err = waiter.Watch(ctx, refOf("s", key)); err != nil {
 						t.Fatal(err)
 					}
 					defer stop()

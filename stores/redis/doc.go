@@ -1,4 +1,4 @@
-// Package redisstore is an [idem.Store] on Redis, through
+// Package redisstore is an idem store (a store.Store) on Redis, through
 // github.com/redis/go-redis/v9. Every instance of a service that shares one
 // Redis shares its idempotency records, and the Store runs on a single
 // Redis server, behind Sentinel, or on Redis Cluster.
@@ -50,8 +50,9 @@
 // "}", the digits being a SHA-256 of the scope and the key. The braces are a
 // hash tag: everything a record uses lives in one hash slot, so the scripts
 // run unchanged on Cluster and records spread evenly over its shards. The
-// response is kept byte for byte: status, every header value in order (not
-// necessarily UTF-8), and any body bytes.
+// outcome is kept byte for byte as the engine encoded it (store.Result:
+// its Head, with an HTTP response's status and headers, and its Body); the
+// Store never reads it.
 //
 // Every step is atomic and costs one round trip (taking an ended claim
 // over, two), and a record is one Redis string written at most once per
@@ -87,13 +88,13 @@
 // while nobody took the key over is still its token's: a Complete or
 // Extend that comes late, because Redis was away or failing over, finds
 // it and lands; a claim at or after the lease end takes the key over,
-// after which the late call fails with idem.ErrLeaseLost. A completed
+// after which the late call fails with store.ErrLeaseLost. A completed
 // record keeps the claim's token, so that Evict (a token-checked delete
 // of a record whose streamed answer turned out truncated) never deletes
 // the record of a retry that claimed the key after it expired.
 //
 // Now is Redis's TIME, which the engine aligns the times it passes in
-// with (idem.Clock), so that instances whose clocks disagree judge leases
+// with (store.Clock), so that instances whose clocks disagree judge leases
 // alike. Its script names the key prefix + "clock" (never written): every
 // engine reads the same server, on a Cluster the master that owns that
 // key's slot. One clock is enough there: the records of every shard hold
@@ -208,7 +209,7 @@
 // the engine completes their records in the background. That only
 // works if their claims are still held when the new primary takes
 // over, so the Store reports how long a failover may take
-// (idem.FailoverBound), and idem.New makes the default lease outlast it
+// (store.FailoverBound), and idem.New makes the default lease outlast it
 // (lease - one heartbeat >= FailoverTime; the part of the lease left
 // when the primary dies) and refuses a shorter WithLease. The price is
 // the lease: the claims of an application instance that crashes block
@@ -307,4 +308,13 @@
 // that did not keep it report such a record corrupt, and answer its
 // retries with 503 (never running them), until every instance runs
 // this version; records they completed are read as before.
+//
+// Records completed by this version keep an opaque result (a format byte,
+// then the engine's Head and Body) where earlier releases kept an HTTP
+// status, headers and body. Those earlier records keep reading: the Store
+// turns their status and headers into a Head with store.LegacyHead, and
+// the engine replays them as before. Earlier releases report the new
+// records corrupt and answer their retries with 503 (never running them)
+// until every instance runs this version; the scripts did not change, so
+// claims, releases and extensions work across versions.
 package redisstore

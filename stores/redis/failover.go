@@ -15,7 +15,7 @@ import (
 )
 
 // This file finds how long a failover of the deployment behind the
-// client may take (idem.FailoverBound): the engine sets its lease from
+// client may take (store.FailoverBound): the engine sets its lease from
 // it, so that a claim is still held when the promoted replica takes over
 // and the completion that waited out the failover lands on it.
 
@@ -80,7 +80,7 @@ func clusterBound(nodeTimeout time.Duration) time.Duration {
 // may take, from the primary's loss until the client writes to the
 // promoted replica, instead of letting New read it (see New). The engine
 // sets its default lease to outlast it and refuses a shorter WithLease
-// (idem.FailoverBound). 0 states that nothing fails over: a single
+// (store.FailoverBound). 0 states that nothing fails over: a single
 // server, which a restart brings back, or a deployment whose failovers
 // you accept may run a request twice.
 //

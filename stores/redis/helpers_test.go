@@ -3,12 +3,16 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -325,4 +330,41 @@ func startClusterOf(t testing.TB, replicas int, nodeTimeout time.Duration) (*red
 		}
 	}
 	return client, nodes
+}
+
+// refOf, holdOf and completion build the store package's arguments.
+func refOf(scope, key string) store.Ref { return store.Ref{Scope: scope, Key: key} }
+
+func holdOf(scope, key, token string) store.Hold {
+	return store.Hold{Ref: refOf(scope, key), Token: token}
+}
+
+func completion(res store.Result, now, expiresAt time.Time) store.Completion {
+	return store.Completion{Result: res, Now: now, ExpiresAt: expiresAt}
+}
+
+// headerBytes encodes h in the engine's header format (format byte 1, the
+// number of names, then each name, sorted, with its values, every string
+// a uvarint length and its bytes): what records written before results
+// were opaque kept, and the header part of an HTTP Head.
+func headerBytes(h http.Header) []byte {
+	names := slices.Sorted(maps.Keys(h))
+	b := []byte{1}
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, name := range names {
+		b = binary.AppendUvarint(b, uint64(len(name)))
+		b = append(b, name...)
+		b = binary.AppendUvarint(b, uint64(len(h[name])))
+		for _, v := range h[name] {
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+// httpHead returns the Head the engine keeps for an HTTP response with
+// status and h: the one store.LegacyHead builds from the same parts.
+func httpHead(status int, h http.Header) []byte {
+	return store.LegacyHead(status, headerBytes(h))
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,12 +25,12 @@ type endStep struct {
 var endSteps = []endStep{
 	{"Complete", func(ctx context.Context, s *Store, key string) error {
 		now := time.Now()
-		return s.Complete(ctx, "s", key, "tok", idem.Response{Status: 201, Body: []byte("ok")}, now, now.Add(time.Hour))
+		return s.Complete(ctx, holdOf("s", key, "tok"), completion(store.Result{Head: httpHead(201, nil), Body: []byte("ok")}, now, now.Add(time.Hour)))
 	}},
-	{"Release", func(ctx context.Context, s *Store, key string) error { return s.Release(ctx, "s", key, "tok") }},
-	{"Evict", func(ctx context.Context, s *Store, key string) error { return s.Evict(ctx, "s", key, "tok") }},
+	{"Release", func(ctx context.Context, s *Store, key string) error { return s.Release(ctx, holdOf("s", key, "tok")) }},
+	{"Evict", func(ctx context.Context, s *Store, key string) error { return s.Evict(ctx, holdOf("s", key, "tok")) }},
 	{"Delete", func(ctx context.Context, s *Store, key string) error {
-		ok, err := s.Delete(ctx, "s", key)
+		ok, err := s.Delete(ctx, refOf("s", key))
 		if err == nil && !ok {
 			err = fmt.Errorf("Delete found no record")
 		}
@@ -51,7 +52,7 @@ func testMarks(t *testing.T, client redis.UniversalClient, opts ...Option) {
 	claim := func(t *testing.T, key string) {
 		t.Helper()
 		now := time.Now()
-		res, err := ender.Claim(t.Context(), idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
+		res, err := ender.Claim(t.Context(), store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
 		if err != nil || !res.Acquired {
 			t.Fatalf("claim %s: %+v, %v", key, res, err)
 		}
@@ -76,7 +77,7 @@ func testMarks(t *testing.T, client redis.UniversalClient, opts ...Option) {
 		t.Run(step.name+"/MarkThenEnd", func(t *testing.T) {
 			key := "mark-then-" + step.name
 			claim(t, key)
-			ch, stop, err := waiter.Watch(t.Context(), "s", key)
+			ch, stop, err := waiter.Watch(t.Context(), refOf("s", key))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +104,7 @@ func testMarks(t *testing.T, client redis.UniversalClient, opts ...Option) {
 			if err := step.do(t.Context(), ender, key); err != nil {
 				t.Fatal(err)
 			}
-			ch, stop, err := waiter.Watch(t.Context(), "s", key)
+			ch, stop, err := waiter.Watch(t.Context(), refOf("s", key))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,7 +128,7 @@ func testMarks(t *testing.T, client redis.UniversalClient, opts ...Option) {
 			var wg sync.WaitGroup
 			var endErr error
 			wg.Go(func() { endErr = step.do(t.Context(), ender, key) })
-			ch, stop, err := waiter.Watch(t.Context(), "s", key)
+			ch, stop, err := waiter.Watch(t.Context(), refOf("s", key))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,13 +146,13 @@ func testMarks(t *testing.T, client redis.UniversalClient, opts ...Option) {
 	// Extend keeps the mark as long as the record.
 	t.Run("ExtendMovesMark", func(t *testing.T) {
 		claim(t, "extend")
-		_, stop, err := waiter.Watch(t.Context(), "s", "extend")
+		_, stop, err := waiter.Watch(t.Context(), refOf("s", "extend"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer stop()
 		now := time.Now()
-		if err := ender.Extend(t.Context(), "s", "extend", "tok", now, now.Add(time.Hour)); err != nil {
+		if err := ender.Extend(t.Context(), holdOf("s", "extend", "tok"), now, now.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 		rec, err := client.PTTL(t.Context(), ender.Key("s", "extend")).Result()
@@ -167,13 +168,13 @@ func testMarks(t *testing.T, client redis.UniversalClient, opts ...Option) {
 	// itself, and its completion wakes the waiter.
 	t.Run("TakeoverKeepsMark", func(t *testing.T) {
 		claim(t, "takeover")
-		ch, stop, err := waiter.Watch(t.Context(), "s", "takeover")
+		ch, stop, err := waiter.Watch(t.Context(), refOf("s", "takeover"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer stop()
 		later := time.Now().Add(2 * time.Minute) // past the first lease
-		res, err := ender.Claim(t.Context(), idem.Claim{Scope: "s", Key: "takeover", Fingerprint: "fp", Token: "tok2", Now: later, LeaseEnd: later.Add(time.Hour)})
+		res, err := ender.Claim(t.Context(), store.Claim{Scope: "s", Key: "takeover", Fingerprint: "fp", Token: "tok2", Now: later, LeaseEnd: later.Add(time.Hour)})
 		if err != nil || !res.Acquired {
 			t.Fatalf("takeover: %+v, %v", res, err)
 		}
@@ -184,7 +185,7 @@ func testMarks(t *testing.T, client redis.UniversalClient, opts ...Option) {
 		if mark := markTTL(t, "takeover"); mark < time.Hour || rec-mark > time.Second {
 			t.Fatalf("mark PTTL %v, record PTTL %v after the takeover, want them alike", mark, rec)
 		}
-		if err := ender.Complete(t.Context(), "s", "takeover", "tok2", idem.Response{Status: 200}, later, later.Add(time.Hour)); err != nil {
+		if err := ender.Complete(t.Context(), holdOf("s", "takeover", "tok2"), completion(store.Result{Head: httpHead(200, nil)}, later, later.Add(time.Hour))); err != nil {
 			t.Fatal(err)
 		}
 		if !woken(ch) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,16 +36,13 @@ func TestMemoryPerRecord(t *testing.T) {
 		body = append(body, `{"sku":"BOOK-123","qty":1,"price":"12.50"},`...)
 	}
 	body = append(body[:1022], "]}"...)
-	resp := idem.Response{
-		Status: http.StatusCreated,
-		Header: http.Header{
-			"Content-Type": {"application/json"},
-			"Location":     {"/orders/ord_00000000000000000000"},
-			"X-Request-Id": {"6f1c2a9e-4b7d-4e51-9a3c-2d8e0f7b1a64"},
-			"Etag":         {`"33a64df551425fcc55e4d42a148795d9f25f89d4"`},
-		},
-		Body: body,
+	header := http.Header{
+		"Content-Type": {"application/json"},
+		"Location":     {"/orders/ord_00000000000000000000"},
+		"X-Request-Id": {"6f1c2a9e-4b7d-4e51-9a3c-2d8e0f7b1a64"},
+		"Etag":         {`"33a64df551425fcc55e4d42a148795d9f25f89d4"`},
 	}
+	resp := store.Result{Head: httpHead(http.StatusCreated, header), Body: body}
 	scope := idem.Scope("tenant-42", http.MethodPost, "/orders")
 	fp := idem.Fingerprint(http.MethodPost, "/orders", body)
 
@@ -92,19 +90,19 @@ func TestMemoryPerRecord(t *testing.T) {
 	now := time.Now()
 	claim := func(key string) string {
 		token := hex.EncodeToString(random(16))
-		res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: fp, Token: token, Now: now, LeaseEnd: now.Add(time.Hour)})
+		res, err := s.Claim(ctx, store.Claim{Scope: scope, Key: key, Fingerprint: fp, Token: token, Now: now, LeaseEnd: now.Add(time.Hour)})
 		if err != nil || !res.Acquired {
 			t.Fatal(res, err)
 		}
 		return token
 	}
 	sample, delta := measure("completed, 1 KiB body", func(key string) {
-		if err := s.Complete(ctx, scope, key, claim(key), resp, now, now.Add(24*time.Hour)); err != nil {
+		if err := s.Complete(ctx, holdOf(scope, key, claim(key)), completion(resp, now, now.Add(24*time.Hour))); err != nil {
 			t.Fatal(err)
 		}
 	})
 	value := recordLen(t, client, s)
-	t.Logf("a completed record's value: %d bytes for a %d-byte body and %d bytes of headers", value, len(body), headerLen(resp.Header))
+	t.Logf("a completed record's value: %d bytes for a %d-byte body and %d bytes of headers", value, len(body), headerLen(header))
 	t.Logf("ratios: MEMORY USAGE / body %.2f, used_memory growth / body %.2f, MEMORY USAGE / value %.2f",
 		sample/float64(len(body)), delta/float64(len(body)), sample/float64(value))
 	if sample > 4096 || delta > 4096 {

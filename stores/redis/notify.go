@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -23,7 +24,7 @@ const (
 	markTimeout = time.Second
 )
 
-// Watch implements idem.Notifier. All watches of a Store share one Pub/Sub
+// Watch implements store.Notifier. All watches of a Store share one Pub/Sub
 // subscription on Channel, opened by the first Watch. Watch never waits for
 // it: while the subscription is not confirmed (being opened by the first
 // Watch, or broken and being reopened) a watch is registered at once and
@@ -43,8 +44,8 @@ const (
 // holds. A mark that fails only costs the wake-up: the engine polls. The
 // Store's own Complete, Release, Evict and Delete also wake its own
 // watches of the key directly.
-func (s *Store) Watch(ctx context.Context, scope, key string) (<-chan struct{}, func(), error) {
-	k, id := recordKey(s.prefix, scope, key)
+func (s *Store) Watch(ctx context.Context, r store.Ref) (<-chan struct{}, func(), error) {
+	k, id := recordKey(s.prefix, r.Scope, r.Key)
 	ch, stop, err := s.hub.watch(ctx, id)
 	if err != nil || !s.hub.up() {
 		return ch, stop, err

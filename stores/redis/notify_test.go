@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/conformance"
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,7 +30,7 @@ func TestWatchDoesNotBlock(t *testing.T) {
 	var chans []<-chan struct{}
 	for i := range 3 {
 		start := time.Now()
-		ch, stop, err := s.Watch(t.Context(), "scope", "k")
+		ch, stop, err := s.Watch(t.Context(), refOf("scope", "k"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,17 +82,17 @@ func TestWatchWhileSubscriptionDown(t *testing.T) {
 		t.Fatalf("timed out waiting until %s", what)
 	}
 
-	_, stop, err := s.Watch(ctx, "scope", "warm-up")
+	_, stop, err := s.Watch(ctx, refOf("scope", "warm-up"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop()
 	waitFor("the subscription is up", s.hub.up)
 	now := time.Now()
-	if res, err := other.Claim(ctx, idem.Claim{Scope: "scope", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil || !res.Acquired {
+	if res, err := other.Claim(ctx, store.Claim{Scope: "scope", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil || !res.Acquired {
 		t.Fatal(res, err)
 	}
-	up, stopUp, err := s.Watch(ctx, "scope", "k")
+	up, stopUp, err := s.Watch(ctx, refOf("scope", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestWatchWhileSubscriptionDown(t *testing.T) {
 	waitFor("the subscription is down", func() bool { return !s.hub.up() })
 
 	start := time.Now()
-	ch, stop, err := s.Watch(ctx, "scope", "k")
+	ch, stop, err := s.Watch(ctx, refOf("scope", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestWatchWhileSubscriptionDown(t *testing.T) {
 	if d := time.Since(start); d > 100*time.Millisecond {
 		t.Fatalf("Watch with the subscription down took %v", d)
 	}
-	if err := other.Release(ctx, "scope", "k", "tok"); err != nil {
+	if err := other.Release(ctx, holdOf("scope", "k", "tok")); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)

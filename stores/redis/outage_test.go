@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -25,9 +26,9 @@ func TestOutage(t *testing.T) {
 	s := newTestStore(t, client)
 	ctx := t.Context()
 
-	claim := func(ctx context.Context, key string) (idem.ClaimResult, error) {
+	claim := func(ctx context.Context, key string) (store.ClaimResult, error) {
 		now := time.Now()
-		return s.Claim(ctx, idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
+		return s.Claim(ctx, store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
 	}
 	for i := range 10 {
 		if res, err := claim(ctx, fmt.Sprint("before-", i)); err != nil || !res.Acquired {
@@ -36,7 +37,7 @@ func TestOutage(t *testing.T) {
 	}
 	// A pending watch is woken when the subscription breaks.
 	subscribed(t, s)
-	ch, stop, err := s.Watch(ctx, "s", "before-0")
+	ch, stop, err := s.Watch(ctx, refOf("s", "before-0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestOutage(t *testing.T) {
 	}
 	// Watch does not wait for the subscription while the server is down.
 	start := time.Now()
-	if _, stop, err := s.Watch(ctx, "s", "during"); err != nil {
+	if _, stop, err := s.Watch(ctx, refOf("s", "during")); err != nil {
 		t.Fatal(err)
 	} else {
 		stop()
@@ -78,7 +79,7 @@ func TestOutage(t *testing.T) {
 
 	// The same Store works again: the first call after the restart may
 	// still meet a dead pooled connection, which go-redis retries.
-	var res idem.ClaimResult
+	var res store.ClaimResult
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -99,12 +100,12 @@ func TestOutage(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	ch, stop2, err := s.Watch(ctx, "s", "after")
+	ch, stop2, err := s.Watch(ctx, refOf("s", "after"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop2()
-	if err := s.Release(ctx, "s", "after", "tok"); err != nil {
+	if err := s.Release(ctx, holdOf("s", "after", "tok")); err != nil {
 		t.Fatal(err)
 	}
 	select {

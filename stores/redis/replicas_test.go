@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -112,9 +113,9 @@ func TestReplicasRoundTrips(t *testing.T) {
 
 	ctx := t.Context()
 	now := time.Now()
-	resp := idem.Response{Status: 201, Body: []byte(`{"id":1}`)}
-	claim := func(key, token string) idem.ClaimResult {
-		res, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(time.Minute)})
+	resp := store.Result{Head: httpHead(201, nil), Body: []byte(`{"id":1}`)}
+	claim := func(key, token string) store.ClaimResult {
+		res, err := s.Claim(ctx, store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(time.Minute)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,34 +133,34 @@ func TestReplicasRoundTrips(t *testing.T) {
 			}
 		}},
 		{"extend", synced("evalsha"), func() {
-			if err := s.Extend(ctx, "s", "a", "tok", now, now.Add(2*time.Minute)); err != nil {
+			if err := s.Extend(ctx, holdOf("s", "a", "tok"), now, now.Add(2*time.Minute)); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"complete", synced("evalsha"), func() {
-			if err := s.Complete(ctx, "s", "a", "tok", resp, now, now.Add(time.Hour)); err != nil {
+			if err := s.Complete(ctx, holdOf("s", "a", "tok"), completion(resp, now, now.Add(time.Hour))); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"replay claim", synced("set"), func() {
-			if res := claim("a", "tok2"); res.Existing == nil || res.Existing.Response == nil {
+			if res := claim("a", "tok2"); res.Existing == nil || len(res.Existing.Result.Head) == 0 {
 				t.Fatal("no replay")
 			}
 		}},
 		{"release", []string{"evalsha"}, func() {
 			claim("b", "tok")
 			hook.take()
-			if err := s.Release(ctx, "s", "b", "tok"); err != nil {
+			if err := s.Release(ctx, holdOf("s", "b", "tok")); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"get", []string{"get"}, func() {
-			if _, ok, err := s.Get(ctx, "s", "a", now); !ok || err != nil {
+			if _, ok, err := s.Get(ctx, refOf("s", "a"), now); !ok || err != nil {
 				t.Fatal(ok, err)
 			}
 		}},
 		{"delete", []string{"evalsha"}, func() {
-			if ok, err := s.Delete(ctx, "s", "a"); !ok || err != nil {
+			if ok, err := s.Delete(ctx, refOf("s", "a")); !ok || err != nil {
 				t.Fatal(ok, err)
 			}
 		}},
@@ -184,9 +185,9 @@ func TestReplicasShortfall(t *testing.T) {
 	s := newTestStore(t, rs.client, noFailover, WithReplicas(1, replicaWait))
 	ctx := t.Context()
 	now := time.Now()
-	resp := idem.Response{Status: 201, Body: []byte(`{"id":1}`)}
-	claim := func(key, token string) (idem.ClaimResult, error) {
-		return s.Claim(ctx, idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(time.Minute)})
+	resp := store.Result{Head: httpHead(201, nil), Body: []byte(`{"id":1}`)}
+	claim := func(key, token string) (store.ClaimResult, error) {
+		return s.Claim(ctx, store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(time.Minute)})
 	}
 	notReplicated := func(step string, err error) {
 		t.Helper()
@@ -194,11 +195,11 @@ func TestReplicasShortfall(t *testing.T) {
 			t.Fatalf("%s = %v, want ErrNotReplicated", step, err)
 		}
 	}
-	onReplica := func(key string) (idem.Record, bool) {
+	onReplica := func(key string) (store.Record, bool) {
 		t.Helper()
 		v, err := rs.replicaClient.Get(ctx, s.Key("s", key)).Result()
 		if errors.Is(err, redis.Nil) {
-			return idem.Record{}, false
+			return store.Record{}, false
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -215,10 +216,10 @@ func TestReplicasShortfall(t *testing.T) {
 			t.Fatalf("claim %s with the replica up: %+v, %v", key, res, err)
 		}
 	}
-	if err := s.Complete(ctx, "s", "done", "tok", resp, now, now.Add(time.Hour)); err != nil {
+	if err := s.Complete(ctx, holdOf("s", "done", "tok"), completion(resp, now, now.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
-	if rec, ok := onReplica("held"); !ok || rec.State != idem.StateInProgress {
+	if rec, ok := onReplica("held"); !ok || rec.State != store.InProgress {
 		t.Fatalf("an acknowledged claim is not on the replica: %+v %v", rec, ok)
 	}
 
@@ -231,7 +232,7 @@ func TestReplicasShortfall(t *testing.T) {
 		t.Errorf("the short claim took %v, want about the WAIT timeout %v", d, replicaWait)
 	}
 	t.Logf("claim: %v", err)
-	if rec, ok, err := s.Get(ctx, "s", "new", now); err != nil || !ok || rec.State != idem.StateInProgress {
+	if rec, ok, err := s.Get(ctx, refOf("s", "new"), now); err != nil || !ok || rec.State != store.InProgress {
 		t.Fatalf("the unacknowledged claim is not on the primary: %+v %v %v", rec, ok, err)
 	}
 
@@ -239,43 +240,43 @@ func TestReplicasShortfall(t *testing.T) {
 	// caller learns why the call failed.
 	long := newTestStore(t, rs.client, noFailover, WithReplicas(1, 3*time.Second))
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = long.Claim(short, idem.Claim{Scope: "s", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
+	_, err = long.Claim(short, store.Claim{Scope: "s", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
 	cancel()
 	notReplicated("a claim whose deadline is shorter than the WAIT", err)
 
-	notReplicated("Extend", s.Extend(ctx, "s", "held", "tok", now, now.Add(2*time.Minute)))
-	err = s.Complete(ctx, "s", "held", "tok", resp, now, now.Add(time.Hour))
+	notReplicated("Extend", s.Extend(ctx, holdOf("s", "held", "tok"), now, now.Add(2*time.Minute)))
+	err = s.Complete(ctx, holdOf("s", "held", "tok"), completion(resp, now, now.Add(time.Hour)))
 	notReplicated("Complete", err)
 	t.Logf("complete: %v", err)
-	if rec, ok, err := s.Get(ctx, "s", "held", now); err != nil || !ok || rec.State != idem.StateCompleted {
+	if rec, ok, err := s.Get(ctx, refOf("s", "held"), now); err != nil || !ok || rec.State != store.Completed {
 		t.Fatalf("the unacknowledged completion is not on the primary: %+v %v %v", rec, ok, err)
 	}
 	// The engine's background completion tries again: the record is
 	// completed, but not yet on the replica, and the Store says so.
-	notReplicated("Complete again", s.Complete(ctx, "s", "held", "tok", resp, now, now.Add(time.Hour)))
-	notReplicated("Extend of the completed record", s.Extend(ctx, "s", "held", "tok", now, now.Add(2*time.Minute)))
+	notReplicated("Complete again", s.Complete(ctx, holdOf("s", "held", "tok"), completion(resp, now, now.Add(time.Hour))))
+	notReplicated("Extend of the completed record", s.Extend(ctx, holdOf("s", "held", "tok"), now, now.Add(2*time.Minute)))
 	// So does one that reached the replica before: WAIT cannot tell, and
 	// covers the expiry written again meanwhile.
-	notReplicated("Complete of a record completed before", s.Complete(ctx, "s", "done", "tok", resp, now, now.Add(time.Hour)))
+	notReplicated("Complete of a record completed before", s.Complete(ctx, holdOf("s", "done", "tok"), completion(resp, now, now.Add(time.Hour))))
 
 	// A replay writes nothing: it is answered, after the WAIT that went
 	// with it.
 	start = time.Now()
 	res, err := claim("done", "tok2")
-	if err != nil || res.Existing == nil || res.Existing.State != idem.StateCompleted {
+	if err != nil || res.Existing == nil || res.Existing.State != store.Completed {
 		t.Fatalf("replay with the replica stopped: %+v, %v", res, err)
 	}
 	t.Logf("a replay with the replica stopped took %v", time.Since(start).Round(time.Millisecond))
 	// A release does not wait.
 	start = time.Now()
-	if err := s.Release(ctx, "s", "released", "tok"); err != nil {
+	if err := s.Release(ctx, holdOf("s", "released", "tok")); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d >= replicaWait {
 		t.Errorf("release took %v: it should not wait for the replica", d)
 	}
 	// A lost claim is lost, whatever the replicas.
-	if err := s.Complete(ctx, "s", "nothing", "tok", resp, now, now.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, holdOf("s", "nothing", "tok"), completion(resp, now, now.Add(time.Hour))); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Complete without a record = %v, want ErrLeaseLost", err)
 	}
 
@@ -283,10 +284,10 @@ func TestReplicasShortfall(t *testing.T) {
 	waitInSync(t, rs.client, 1)
 	// Now acknowledged: the completed record is reported lost, which the
 	// engine's background completion checks with Get.
-	if err := s.Complete(ctx, "s", "held", "tok", resp, now, now.Add(time.Hour)); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, holdOf("s", "held", "tok"), completion(resp, now, now.Add(time.Hour))); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Complete of the completed record, acknowledged = %v, want ErrLeaseLost", err)
 	}
-	if rec, ok := onReplica("held"); !ok || rec.State != idem.StateCompleted {
+	if rec, ok := onReplica("held"); !ok || rec.State != store.Completed {
 		t.Fatalf("the completed record is not on the replica: %+v %v", rec, ok)
 	}
 	// The re-asserted expiry is the record's own.
@@ -407,7 +408,7 @@ func TestReplicasConformance(t *testing.T) {
 	rs := startReplicated(t)
 	for _, script := range []bool{false, true} {
 		t.Run(fmt.Sprint("scriptClaims=", script), func(t *testing.T) {
-			conformance.RunStore(t, func(t *testing.T) idem.Store {
+			conformance.RunStore(t, func(t *testing.T) store.Store {
 				s := newTestStore(t, rs.client, noFailover, WithReplicas(1, time.Second))
 				s.scriptClaims = script
 				return s
@@ -424,7 +425,7 @@ func TestReplicasConformance(t *testing.T) {
 func TestReplicasCluster(t *testing.T) {
 	client, nodes := startClusterOf(t, 1, quickNodeTimeout)
 	t.Run("conformance", func(t *testing.T) {
-		conformance.RunStore(t, func(t *testing.T) idem.Store { return newTestStore(t, client, WithReplicas(1, time.Second)) })
+		conformance.RunStore(t, func(t *testing.T) store.Store { return newTestStore(t, client, WithReplicas(1, time.Second)) })
 	})
 
 	t.Run("per shard", func(t *testing.T) {
@@ -464,7 +465,7 @@ func TestReplicasCluster(t *testing.T) {
 		}
 		now := time.Now()
 		claim := func(key string) error {
-			_, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
+			_, err := s.Claim(ctx, store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)})
 			return err
 		}
 		replica.freeze()

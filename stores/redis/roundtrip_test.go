@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -61,16 +61,16 @@ func warmUp(t testing.TB, s *Store) {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now()
-	c := idem.Claim{Scope: "warm-up", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
+	c := store.Claim{Scope: "warm-up", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
 	steps := []error{
 		func() error { _, err := s.Claim(ctx, c); return err }(),
-		s.Extend(ctx, "warm-up", "k", "tok", now, now.Add(time.Minute)),
-		s.Release(ctx, "warm-up", "k", "tok"),
+		s.Extend(ctx, holdOf("warm-up", "k", "tok"), now, now.Add(time.Minute)),
+		s.Release(ctx, holdOf("warm-up", "k", "tok")),
 		func() error { _, err := s.Claim(ctx, c); return err }(),
-		s.Complete(ctx, "warm-up", "k", "tok", idem.Response{Status: 200}, now, now.Add(time.Minute)),
-		s.Evict(ctx, "warm-up", "k", "tok"),
+		s.Complete(ctx, holdOf("warm-up", "k", "tok"), completion(store.Result{Head: httpHead(200, nil)}, now, now.Add(time.Minute))),
+		s.Evict(ctx, holdOf("warm-up", "k", "tok")),
 		func() error { _, err := s.Claim(ctx, c); return err }(),
-		func() error { _, err := s.Delete(ctx, "warm-up", "k"); return err }(),
+		func() error { _, err := s.Delete(ctx, refOf("warm-up", "k")); return err }(),
 		func() error { _, err := s.Now(ctx); return err }(),
 	}
 	for i, err := range steps {
@@ -93,9 +93,9 @@ func TestRoundTrips(t *testing.T) {
 
 	ctx := t.Context()
 	now := time.Now()
-	resp := idem.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)}
-	claim := func(key, token string) idem.ClaimResult {
-		res, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(time.Minute)})
+	resp := store.Result{Head: httpHead(201, http.Header{"Content-Type": {"application/json"}}), Body: []byte(`{"id":1}`)}
+	claim := func(key, token string) store.ClaimResult {
+		res, err := s.Claim(ctx, store.Claim{Scope: "s", Key: key, Fingerprint: "fp", Token: token, Now: now, LeaseEnd: now.Add(time.Minute)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,17 +112,17 @@ func TestRoundTrips(t *testing.T) {
 			}
 		}},
 		{"extend", []string{"evalsha"}, func() {
-			if err := s.Extend(ctx, "s", "a", "tok", now, now.Add(2*time.Minute)); err != nil {
+			if err := s.Extend(ctx, holdOf("s", "a", "tok"), now, now.Add(2*time.Minute)); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"complete", []string{"evalsha"}, func() {
-			if err := s.Complete(ctx, "s", "a", "tok", resp, now, now.Add(time.Hour)); err != nil {
+			if err := s.Complete(ctx, holdOf("s", "a", "tok"), completion(resp, now, now.Add(time.Hour))); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"replay claim", []string{"set"}, func() {
-			if res := claim("a", "tok2"); res.Existing == nil || res.Existing.Response == nil {
+			if res := claim("a", "tok2"); res.Existing == nil || len(res.Existing.Result.Head) == 0 {
 				t.Fatal("no replay")
 			}
 		}},
@@ -134,24 +134,24 @@ func TestRoundTrips(t *testing.T) {
 			}
 		}},
 		{"release", []string{"evalsha"}, func() {
-			if err := s.Release(ctx, "s", "b", "tok"); err != nil {
+			if err := s.Release(ctx, holdOf("s", "b", "tok")); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"get", []string{"get"}, func() {
-			if _, ok, err := s.Get(ctx, "s", "a", now); !ok || err != nil {
+			if _, ok, err := s.Get(ctx, refOf("s", "a"), now); !ok || err != nil {
 				t.Fatal(ok, err)
 			}
 		}},
 		{"delete", []string{"evalsha"}, func() {
-			if ok, err := s.Delete(ctx, "s", "a"); !ok || err != nil {
+			if ok, err := s.Delete(ctx, refOf("s", "a")); !ok || err != nil {
 				t.Fatal(ok, err)
 			}
 		}},
 		{"evict", []string{"evalsha"}, func() {
 			claim("d", "tok")
 			hook.take()
-			if err := s.Evict(ctx, "s", "d", "tok"); err != nil {
+			if err := s.Evict(ctx, holdOf("s", "d", "tok")); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -167,7 +167,7 @@ func TestRoundTrips(t *testing.T) {
 			claim("c", "tok")
 			hook.take()
 			later := now.Add(time.Hour)
-			res, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: "c", Fingerprint: "fp", Token: "tok2", Now: later, LeaseEnd: later.Add(time.Minute)})
+			res, err := s.Claim(ctx, store.Claim{Scope: "s", Key: "c", Fingerprint: "fp", Token: "tok2", Now: later, LeaseEnd: later.Add(time.Minute)})
 			if err != nil || !res.Acquired {
 				t.Fatal(res, err)
 			}
@@ -204,23 +204,23 @@ func TestRecordsInRedis(t *testing.T) {
 	// now. So does a claim that takes an ended record over (the script).
 	now := time.Now()
 	lease := 5 * time.Minute
-	if res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp\x00\xff", Token: "tok", Now: now, LeaseEnd: now.Add(lease)}); err != nil || !res.Acquired {
+	if res, err := s.Claim(ctx, store.Claim{Scope: scope, Key: key, Fingerprint: "fp\x00\xff", Token: "tok", Now: now, LeaseEnd: now.Add(lease)}); err != nil || !res.Acquired {
 		t.Fatalf("Claim: %+v, %v", res, err)
 	}
 	checkPTTL(t, client, k, 2*lease)
-	if err := s.Extend(ctx, scope, key, "tok", now, now.Add(2*lease)); err != nil {
+	if err := s.Extend(ctx, holdOf(scope, key, "tok"), now, now.Add(2*lease)); err != nil {
 		t.Fatal(err)
 	}
 	checkPTTL(t, client, k, 4*lease)
-	if err := s.Extend(ctx, scope, key, "tok", now.Add(-lease), now.Add(lease)); err != nil {
+	if err := s.Extend(ctx, holdOf(scope, key, "tok"), now.Add(-lease), now.Add(lease)); err != nil {
 		t.Fatal(err)
 	}
 	checkPTTL(t, client, k, 3*lease)
 	later := now.Add(time.Hour)
-	if res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: "taken-over", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(lease)}); err != nil || !res.Acquired {
+	if res, err := s.Claim(ctx, store.Claim{Scope: scope, Key: "taken-over", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(lease)}); err != nil || !res.Acquired {
 		t.Fatalf("Claim: %+v, %v", res, err)
 	}
-	if res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: "taken-over", Fingerprint: "fp", Token: "tok2", Now: later, LeaseEnd: later.Add(lease)}); err != nil || !res.Acquired {
+	if res, err := s.Claim(ctx, store.Claim{Scope: scope, Key: "taken-over", Fingerprint: "fp", Token: "tok2", Now: later, LeaseEnd: later.Add(lease)}); err != nil || !res.Acquired {
 		t.Fatalf("takeover Claim: %+v, %v", res, err)
 	}
 	checkPTTL(t, client, s.Key(scope, "taken-over"), 2*lease)
@@ -229,19 +229,18 @@ func TestRecordsInRedis(t *testing.T) {
 	for i := range 512 {
 		body = append(body, byte(i))
 	}
-	resp := idem.Response{
-		Status: 200,
-		Header: http.Header{
+	resp := store.Result{
+		Head: httpHead(200, http.Header{
 			"Content-Type":   {"application/octet-stream"},
 			"X-Multi":        {"z", "a", "", "a"},
 			"X-Binary":       {"\x00\xff\xfe", "caf\xe9"},
 			"X-No-Values":    {},
 			"x-odd-name\x00": {"v"},
-		},
+		}),
 		Body: body,
 	}
 	retention := 24 * time.Hour
-	if err := s.Complete(ctx, scope, key, "tok", resp, now, now.Add(retention)); err != nil {
+	if err := s.Complete(ctx, holdOf(scope, key, "tok"), completion(resp, now, now.Add(retention))); err != nil {
 		t.Fatal(err)
 	}
 	checkPTTL(t, client, k, retention)
@@ -252,42 +251,44 @@ func TestRecordsInRedis(t *testing.T) {
 	if raw[0] != '2' || !bytes.Contains(raw, body) || !bytes.Contains(raw[offToken:], []byte("tok")) {
 		t.Errorf("completed record %q: want state 2, the body, and the token", raw[:min(len(raw), 100)])
 	}
-	res, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok2", Now: now, LeaseEnd: now.Add(lease)})
+	res, err := s.Claim(ctx, store.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok2", Now: now, LeaseEnd: now.Add(lease)})
 	if err != nil || res.Existing == nil {
 		t.Fatalf("replay Claim: %+v, %v", res, err)
 	}
-	checkRecord(t, *res.Existing, idem.Record{Fingerprint: "fp\x00\xff", State: idem.StateCompleted, Response: &resp, CreatedAt: now, ExpiresAt: now.Add(retention)})
+	checkRecord(t, *res.Existing, store.Record{Fingerprint: "fp\x00\xff", State: store.Completed, Result: resp, CreatedAt: now, ExpiresAt: now.Add(retention)})
 
-	// Nil header and body stay nil; empty stays empty; BodyOmitted holds.
-	for i, r := range []idem.Response{
-		{Status: 204},
-		{Status: 200, Header: http.Header{}, Body: []byte{}},
-		{Status: 200, Header: http.Header{"X-Size": {"9999999"}}, BodyOmitted: true},
+	// Any head, an empty or no body, and BodyOmitted come back.
+	for i, r := range []store.Result{
+		{Head: []byte{1}},
+		{Head: []byte{0}, Body: []byte{}},
+		{Head: []byte{0xff, 0, 0xc8, 1}, Body: []byte{0}},
+		{Head: httpHead(200, http.Header{"X-Size": {"9999999"}}), BodyOmitted: true},
+		{Head: bytes.Repeat([]byte{0x80}, store.MaxHead), Body: body},
 	} {
 		key := "variant-" + string(rune('a'+i))
-		if _, err := s.Claim(ctx, idem.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(lease)}); err != nil {
+		if _, err := s.Claim(ctx, store.Claim{Scope: scope, Key: key, Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(lease)}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Complete(ctx, scope, key, "tok", r, now, now.Add(retention)); err != nil {
+		if err := s.Complete(ctx, holdOf(scope, key, "tok"), completion(r, now, now.Add(retention))); err != nil {
 			t.Fatal(err)
 		}
-		rec, ok, err := s.Get(ctx, scope, key, now)
+		rec, ok, err := s.Get(ctx, refOf(scope, key), now)
 		if err != nil || !ok {
 			t.Fatal(ok, err)
 		}
-		checkRecord(t, rec, idem.Record{Fingerprint: "fp", State: idem.StateCompleted, Response: &r, CreatedAt: now, ExpiresAt: now.Add(retention)})
+		checkRecord(t, rec, store.Record{Fingerprint: "fp", State: store.Completed, Result: r, CreatedAt: now, ExpiresAt: now.Add(retention)})
 	}
 
 	// Records leave Redis by themselves: an abandoned claim a lease after
 	// its lease end, a completed record at its expiry.
 	now = time.Now()
-	if _, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: "abandoned", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(100 * time.Millisecond)}); err != nil {
+	if _, err := s.Claim(ctx, store.Claim{Scope: "s", Key: "abandoned", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(100 * time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: "short", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil {
+	if _, err := s.Claim(ctx, store.Claim{Scope: "s", Key: "short", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, "s", "short", "tok", resp, now, now.Add(150*time.Millisecond)); err != nil {
+	if err := s.Complete(ctx, holdOf("s", "short", "tok"), completion(resp, now, now.Add(150*time.Millisecond))); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * time.Second)
@@ -330,7 +331,7 @@ func TestHugeLifetime(t *testing.T) {
 		ctx := t.Context()
 		now := time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)
 		end := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
-		if res, err := s.Claim(ctx, idem.Claim{Scope: "s", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: end}); err != nil || !res.Acquired {
+		if res, err := s.Claim(ctx, store.Claim{Scope: "s", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: end}); err != nil || !res.Acquired {
 			t.Fatalf("Claim: %+v, %v", res, err)
 		}
 		check := func(step string) {
@@ -341,15 +342,15 @@ func TestHugeLifetime(t *testing.T) {
 			}
 		}
 		check("Claim")
-		if err := s.Extend(ctx, "s", "k", "tok", now, end.Add(time.Hour)); err != nil {
+		if err := s.Extend(ctx, holdOf("s", "k", "tok"), now, end.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 		check("Extend")
-		if err := s.Complete(ctx, "s", "k", "tok", idem.Response{Status: 200}, now, end); err != nil {
+		if err := s.Complete(ctx, holdOf("s", "k", "tok"), completion(store.Result{Head: httpHead(200, nil)}, now, end)); err != nil {
 			t.Fatal(err)
 		}
 		check("Complete")
-		if rec, ok, err := s.Get(ctx, "s", "k", now); err != nil || !ok || !rec.ExpiresAt.Equal(end) {
+		if rec, ok, err := s.Get(ctx, refOf("s", "k"), now); err != nil || !ok || !rec.ExpiresAt.Equal(end) {
 			t.Fatalf("Get: %+v %v %v", rec, ok, err)
 		}
 	}

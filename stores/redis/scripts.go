@@ -136,12 +136,12 @@ if not n or string.sub(v, 67, 66 + n) ~= ARGV[1] then return 0 end
 `
 }
 
-// completeScript stores the response of a held claim. The completed
+// completeScript stores the result of a held claim. The completed
 // record keeps the created time, the token and the fingerprint.
 //
 //	KEYS[1] record key
-//	ARGV    token, expires at, TTL in ms, response head, body, and "1"
-//	        under WithReplicas
+//	ARGV    token, expires at, TTL in ms, the result up to its body
+//	        (encodeResultHead), the body, and "1" under WithReplicas
 //
 // It returns 1 when the record was completed, 0 when the claim is lost,
 // and 2 (under WithReplicas) when the record is completed already.

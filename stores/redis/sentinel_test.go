@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -255,7 +256,7 @@ func TestSentinelFailover(t *testing.T) {
 				w.Code, w.Body, w.Header().Get("Idempotent-Replayed"), retries, time.Since(done).Round(time.Millisecond))
 			if tc.opts == nil {
 				// The loss, as documented: the handler ran twice.
-				if state == idem.StateCompleted.String() {
+				if state == store.Completed.String() {
 					t.Fatal("the completed record reached the replica although the link was cut")
 				}
 				if w.Header().Get("Idempotent-Replayed") != "" || runs != 2 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -120,11 +121,11 @@ func (o *options) validate(client redis.UniversalClient) error {
 	return nil
 }
 
-// Store is an idem.Store on Redis. It also implements idem.Getter,
-// idem.Deleter, idem.Extender, idem.Evicter, idem.Notifier, idem.Clock
-// (Redis's TIME) and idem.FailoverBound (see New). It does not implement
-// idem.ExpiredDeleter: every record carries a Redis TTL, so Redis
-// reclaims it by itself.
+// Store is a store.Store on Redis. It also implements store.Getter,
+// store.Deleter, store.Extender, store.BatchExtender, store.Evicter,
+// store.Notifier, store.Clock (Redis's TIME) and store.FailoverBound (see
+// New). It does not implement store.ExpiredDeleter: every record carries
+// a Redis TTL, so Redis reclaims it by itself.
 //
 // A Store is safe for concurrent use. It does not own the client: Close
 // stops the Store's notification subscription and leaves the client open.
@@ -148,15 +149,15 @@ type Store struct {
 }
 
 var (
-	_ idem.Store         = (*Store)(nil)
-	_ idem.Getter        = (*Store)(nil)
-	_ idem.Deleter       = (*Store)(nil)
-	_ idem.Extender      = (*Store)(nil)
-	_ idem.BatchExtender = (*Store)(nil)
-	_ idem.Evicter       = (*Store)(nil)
-	_ idem.Notifier      = (*Store)(nil)
-	_ idem.Clock         = (*Store)(nil)
-	_ idem.FailoverBound = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.Getter        = (*Store)(nil)
+	_ store.Deleter       = (*Store)(nil)
+	_ store.Extender      = (*Store)(nil)
+	_ store.BatchExtender = (*Store)(nil)
+	_ store.Evicter       = (*Store)(nil)
+	_ store.Notifier      = (*Store)(nil)
+	_ store.Clock         = (*Store)(nil)
+	_ store.FailoverBound = (*Store)(nil)
 )
 
 // New returns a Store that keeps its records through client: a
@@ -258,7 +259,7 @@ func (s *Store) Key(scope, key string) string {
 // digits between the braces of its key).
 func (s *Store) Channel() string { return s.channel }
 
-// Claim implements idem.Store in one round trip (two when it takes an
+// Claim implements store.Store in one round trip (two when it takes an
 // ended claim over).
 //
 // The claim is first tried as a single SET key record NX PX ttl GET, which
@@ -272,14 +273,14 @@ func (s *Store) Channel() string { return s.channel }
 // atomically and takes the key over. Both paths store exactly the same
 // record. Under WithReplicas each is pipelined with WAIT, and a claim
 // taken but not acknowledged returns an error wrapping ErrNotReplicated.
-func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	rec, err := newClaimRecord(&c)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		return store.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
 	now, err := formatTime(c.Now)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		return store.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
 	k := s.Key(c.Scope, c.Key)
 	ttl := ttlMillis(c.Now, keepUntil(c.Now, c.LeaseEnd))
@@ -288,17 +289,17 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.ClaimResult, erro
 	}
 	v, err := s.setNXGet(ctx, k, rec, time.Duration(ttl)*time.Millisecond)
 	if errors.Is(err, redis.Nil) {
-		return idem.ClaimResult{Acquired: true}, nil
+		return store.ClaimResult{Acquired: true}, nil
 	}
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		return store.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
 	existing, err := decodeRecord(v)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim, key %s: %w", k, err)
+		return store.ClaimResult{}, fmt.Errorf("redisstore: claim, key %s: %w", k, err)
 	}
 	if !existing.Takeable(c.Now) {
-		return idem.ClaimResult{Existing: &existing}, nil
+		return store.ClaimResult{Existing: &existing}, nil
 	}
 	return s.claimByScript(ctx, k, now, rec, ttl)
 }
@@ -319,7 +320,7 @@ func (s *Store) setNXGet(ctx context.Context, k, rec string, ttl time.Duration) 
 
 // claimByScript runs the claim script, which decides atomically whatever the
 // record's state. now is the claim's now in the record's time encoding.
-func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64) (idem.ClaimResult, error) {
+func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64) (store.ClaimResult, error) {
 	var r any
 	var err error
 	if s.replicas == 0 {
@@ -332,38 +333,42 @@ func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64
 		}
 	}
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		return store.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
 	switch r := r.(type) {
 	case int64:
 		if r == 1 {
-			return idem.ClaimResult{Acquired: true}, nil
+			return store.ClaimResult{Acquired: true}, nil
 		}
 	case string:
 		existing, err := decodeRecord(r)
 		if err != nil {
-			return idem.ClaimResult{}, fmt.Errorf("redisstore: claim, key %s: %w", k, err)
+			return store.ClaimResult{}, fmt.Errorf("redisstore: claim, key %s: %w", k, err)
 		}
-		return idem.ClaimResult{Existing: &existing}, nil
+		return store.ClaimResult{Existing: &existing}, nil
 	}
-	return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: unexpected reply %T from the claim script", r)
+	return store.ClaimResult{}, fmt.Errorf("redisstore: claim: unexpected reply %T from the claim script", r)
 }
 
-// Complete implements idem.Store with one script call, which also notifies
-// waiters when one marked the record (see Watch). It lands while the
-// record is in progress and holds token, also past its lease end (Redis
-// keeps the record a lease longer for it). The completed record keeps
-// the token, for Evict. Under WithReplicas it is pipelined with WAIT; a
+// Complete implements store.Store with one script call, which also
+// notifies waiters when one marked the record (see Watch). It lands while
+// the record is in progress and holds h.Token, also past its lease end
+// (Redis keeps the record a lease longer for it). The completed record
+// keeps the token, for Evict, and c.Result byte for byte; a Result
+// without a Head is refused, as it could not be read back. Under WithReplicas it is pipelined with WAIT; a
 // completion not acknowledged returns an error wrapping ErrNotReplicated,
 // and so does a later call for a record completed already until its WAIT
 // is answered.
-func (s *Store) Complete(ctx context.Context, scope, key, token string, resp idem.Response, now, expiresAt time.Time) error {
-	ts, err := formatTimes(now, expiresAt)
+func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
+	if len(c.Result.Head) == 0 {
+		return errors.New("redisstore: complete: the result has no head")
+	}
+	ts, err := formatTimes(c.Now, c.ExpiresAt)
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
-	k, id := recordKey(s.prefix, scope, key)
-	args := []any{token, ts[1], ttlMillis(now, expiresAt), encodeResponseHead(&resp), resp.Body}
+	k, id := recordKey(s.prefix, h.Scope, h.Key)
+	args := []any{h.Token, ts[1], ttlMillis(c.Now, c.ExpiresAt), encodeResultHead(&c.Result), c.Result.Body}
 	err = s.held(ctx, "complete", completeScript, k, args)
 	if err == nil {
 		s.hub.wake(id)
@@ -382,7 +387,7 @@ func (s *Store) held(ctx context.Context, op string, script *redis.Script, k str
 			return fmt.Errorf("redisstore: %s: %w", op, err)
 		}
 		if n != 1 {
-			return idem.ErrLeaseLost
+			return store.ErrLeaseLost
 		}
 		return nil
 	}
@@ -395,48 +400,48 @@ func (s *Store) held(ctx context.Context, op string, script *redis.Script, k str
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	if !ok {
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	return nil
 }
 
-// Release implements idem.Store with one script call, which also notifies
-// waiters when one marked the record (see Watch).
-func (s *Store) Release(ctx context.Context, scope, key, token string) error {
-	k, id := recordKey(s.prefix, scope, key)
-	n, err := releaseScript.Run(ctx, s.client, []string{k}, token).Int64()
+// Release implements store.Store with one script call, which also
+// notifies waiters when one marked the record (see Watch).
+func (s *Store) Release(ctx context.Context, h store.Hold) error {
+	k, id := recordKey(s.prefix, h.Scope, h.Key)
+	n, err := releaseScript.Run(ctx, s.client, []string{k}, h.Token).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
 	if n != 1 {
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	s.hub.wake(id)
 	return nil
 }
 
-// Extend implements idem.Extender with one script call. Like Complete it
-// lands while the record is in progress and holds token, also past its
-// lease end. Under WithReplicas it is pipelined with WAIT, as Complete
+// Extend implements store.Extender with one script call. Like Complete
+// it lands while the record is in progress and holds h.Token, also past
+// its lease end. Under WithReplicas it is pipelined with WAIT, as Complete
 // is.
-func (s *Store) Extend(ctx context.Context, scope, key, token string, now, leaseEnd time.Time) error {
+func (s *Store) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Time) error {
 	ts, err := formatTimes(now, leaseEnd)
 	if err != nil {
 		return fmt.Errorf("redisstore: extend: %w", err)
 	}
-	args := []any{token, ts[1], ttlMillis(now, leaseEnd)}
-	return s.held(ctx, "extend", extendScript, s.Key(scope, key), args)
+	args := []any{h.Token, ts[1], ttlMillis(now, leaseEnd)}
+	return s.held(ctx, "extend", extendScript, s.Key(h.Scope, h.Key), args)
 }
 
-// ExtendBatch implements idem.BatchExtender: the extend script for every
+// ExtendBatch implements store.BatchExtender: the extend script for every
 // claim, pipelined in one round trip (on a Cluster, one per node that
 // holds a claim). Under WithReplicas each claim is extended as Extend
 // does, with its WAIT.
-func (s *Store) ExtendBatch(ctx context.Context, now time.Time, refs []idem.ExtendRef) []error {
+func (s *Store) ExtendBatch(ctx context.Context, now time.Time, refs []store.Extension) []error {
 	errs := make([]error, len(refs))
 	if s.replicas > 0 {
 		for i, r := range refs {
-			errs[i] = s.Extend(ctx, r.Scope, r.Key, r.Token, now, r.LeaseEnd)
+			errs[i] = s.Extend(ctx, r.Hold, now, r.LeaseEnd)
 		}
 		return errs
 	}
@@ -475,7 +480,7 @@ func (s *Store) ExtendBatch(ctx context.Context, now time.Time, refs []idem.Exte
 			case err != nil:
 				errs[i] = fmt.Errorf("redisstore: extend: %w", err)
 			case n != 1:
-				errs[i] = idem.ErrLeaseLost
+				errs[i] = store.ErrLeaseLost
 			}
 		}
 		pending = next
@@ -483,23 +488,23 @@ func (s *Store) ExtendBatch(ctx context.Context, now time.Time, refs []idem.Exte
 	return errs
 }
 
-// Evict implements idem.Evicter with one script call, which deletes the
-// record, in progress or completed, only while it holds token, and
+// Evict implements store.Evicter with one script call, which deletes the
+// record, in progress or completed, only while it holds h.Token, and
 // notifies waiters. Like Release it does not wait for replicas.
-func (s *Store) Evict(ctx context.Context, scope, key, token string) error {
-	k, id := recordKey(s.prefix, scope, key)
-	n, err := evictScript.Run(ctx, s.client, []string{k}, token).Int64()
+func (s *Store) Evict(ctx context.Context, h store.Hold) error {
+	k, id := recordKey(s.prefix, h.Scope, h.Key)
+	n, err := evictScript.Run(ctx, s.client, []string{k}, h.Token).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: evict: %w", err)
 	}
 	if n != 1 {
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	s.hub.wake(id)
 	return nil
 }
 
-// Now implements idem.Clock: Redis's TIME, read by a script on the key
+// Now implements store.Clock: Redis's TIME, read by a script on the key
 // prefix + "clock" (never written), so that every engine sharing the
 // Store reads the same server: the one server, the Sentinel primary, or
 // on a Cluster the master that owns that key's slot (on a Ring, its
@@ -521,35 +526,35 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return time.Unix(r[0], r[1]*int64(time.Microsecond/time.Nanosecond)), nil
 }
 
-// FailoverTime implements idem.FailoverBound: how long a failover of the
+// FailoverTime implements store.FailoverBound: how long a failover of the
 // deployment may take, as New found it (see New, WithSentinel and
 // WithFailoverTime); 0 when nothing fails over.
 func (s *Store) FailoverTime() time.Duration { return s.failover }
 
-// Get implements idem.Getter with one GET.
-func (s *Store) Get(ctx context.Context, scope, key string, now time.Time) (idem.Record, bool, error) {
-	k := s.Key(scope, key)
+// Get implements store.Getter with one GET.
+func (s *Store) Get(ctx context.Context, r store.Ref, now time.Time) (store.Record, bool, error) {
+	k := s.Key(r.Scope, r.Key)
 	v, err := s.client.Get(ctx, k).Result()
 	if errors.Is(err, redis.Nil) {
-		return idem.Record{}, false, nil
+		return store.Record{}, false, nil
 	}
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("redisstore: get: %w", err)
+		return store.Record{}, false, fmt.Errorf("redisstore: get: %w", err)
 	}
 	rec, err := decodeRecord(v)
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("redisstore: get, key %s: %w", k, err)
+		return store.Record{}, false, fmt.Errorf("redisstore: get, key %s: %w", k, err)
 	}
 	if !now.Before(rec.ExpiresAt) {
-		return idem.Record{}, false, nil
+		return store.Record{}, false, nil
 	}
 	return rec, true, nil
 }
 
-// Delete implements idem.Deleter with one script call (DEL, and a
+// Delete implements store.Deleter with one script call (DEL, and a
 // notification when a waiter marked the record).
-func (s *Store) Delete(ctx context.Context, scope, key string) (bool, error) {
-	k, id := recordKey(s.prefix, scope, key)
+func (s *Store) Delete(ctx context.Context, r store.Ref) (bool, error) {
+	k, id := recordKey(s.prefix, r.Scope, r.Key)
 	n, err := deleteScript.Run(ctx, s.client, []string{k}).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)
