@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/conformance"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	redisstore "github.com/idemkit/idem/stores/redis"
 	"github.com/redis/go-redis/v9"
 )
@@ -48,15 +49,15 @@ func TestConformanceRedis(t *testing.T) {
 	}))
 }
 
-// clockless is a Store with every capability but idem.Clock.
+// clockless is a Store with every capability but store.Clock.
 type clockless struct {
-	idem.Store
-	idem.Getter
-	idem.Deleter
-	idem.Extender
-	idem.Evicter
-	idem.Notifier
-	idem.FailoverBound
+	store.Store
+	store.Getter
+	store.Deleter
+	store.Extender
+	store.Evicter
+	store.Notifier
+	store.FailoverBound
 }
 
 func redisClient(t *testing.T) *redis.Client {

@@ -13,6 +13,7 @@ import (
 
 	idemgrpc "github.com/idemkit/idem/adapters/grpc"
 	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
 	pgxstore "github.com/idemkit/idem/stores/pgx"
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -483,13 +484,11 @@ type failingStore struct{}
 
 var errDown = errors.New("dial tcp 10.0.0.1:6379: connection refused")
 
-func (failingStore) Claim(context.Context, idem.Claim) (idem.ClaimResult, error) {
-	return idem.ClaimResult{}, errDown
+func (failingStore) Claim(context.Context, store.Claim) (store.ClaimResult, error) {
+	return store.ClaimResult{}, errDown
 }
-func (failingStore) Complete(context.Context, string, string, string, idem.Response, time.Time, time.Time) error {
-	return errDown
-}
-func (failingStore) Release(context.Context, string, string, string) error { return errDown }
+func (failingStore) Complete(context.Context, store.Hold, store.Completion) error { return errDown }
+func (failingStore) Release(context.Context, store.Hold) error                    { return errDown }
 
 // In wait mode (idem.WithWait) a duplicate in flight waits for the first
 // call and gets its replay instead of Aborted.
