@@ -51,7 +51,7 @@ func New(s Store, opts ...Option) (*Engine, error) {
 	case !c.beatSet:
 		c.beat = e.extender != nil
 	case c.beat && e.extender == nil:
-		return nil, badOption("heartbeat needs a store that implements idem.Extender; %T does not", s)
+		return nil, badOption("heartbeat needs a store that implements store.Extender; %T does not", s)
 	}
 	leaseSet := c.lease != 0
 	if !leaseSet {

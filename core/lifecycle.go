@@ -292,7 +292,7 @@ func (f *flight) evict() {
 	e := f.e
 	ev, ok := e.store.(store.Evicter)
 	if !ok {
-		f.ev.Err = fmt.Errorf("idem: a streamed response's handler panicked after its record was completed, and %T cannot evict it (idem.Evicter): retries replay its status and headers", e.store)
+		f.ev.Err = fmt.Errorf("idem: a streamed response's handler panicked after its record was completed, and %T cannot evict it (store.Evicter): retries replay its status and headers", e.store)
 		return
 	}
 	ctx := f.storeCall(true)

@@ -21,7 +21,7 @@ import (
 // unreachable, and fails instead when CI is set.
 //
 // As stores/redis's TestHTTP does, the store is given without its
-// idem.Clock: the suite moves a manual clock, which the engine's
+// store.Clock: the suite moves a manual clock, which the engine's
 // alignment with a store's clock would take back.
 func TestConformanceRedis(t *testing.T) {
 	client := redisClient(t)
