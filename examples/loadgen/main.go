@@ -7,7 +7,8 @@
 //
 // With -keys unique every request has a new key (every request runs the
 // handler); with -keys hot they all share one (the first runs, the rest
-// are replays). It refuses any host that is not loopback.
+// are replays); with -keys none no request has one (the baseline of a route
+// whose key is optional). It refuses any host that is not loopback.
 package main
 
 import (
@@ -29,14 +30,14 @@ import (
 func main() {
 	target := flag.String("url", "http://127.0.0.1:8080/orders", "URL to POST to (loopback only)")
 	body := flag.String("body", `{"item":"book","quantity":2}`, "request body")
-	keys := flag.String("keys", "unique", "unique (a new key per request) or hot (one key)")
+	keys := flag.String("keys", "unique", "unique (a new key per request), hot (one key) or none (no key)")
 	duration := flag.Duration("duration", 5*time.Second, "how long to send")
 	workers := flag.Int("concurrency", 16, "requests in flight")
 	flag.Parse()
 
 	u, err := url.Parse(*target)
-	if err != nil || (*keys != "unique" && *keys != "hot") || *workers < 1 || *duration <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen -url http://127.0.0.1:PORT/path [-keys unique|hot] [-duration 5s] [-concurrency 16]")
+	if err != nil || (*keys != "unique" && *keys != "hot" && *keys != "none") || *workers < 1 || *duration <= 0 {
+		fmt.Fprintln(os.Stderr, "usage: loadgen -url http://127.0.0.1:PORT/path [-keys unique|hot|none] [-duration 5s] [-concurrency 16]")
 		os.Exit(2)
 	}
 	if ip := net.ParseIP(u.Hostname()); u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
@@ -67,7 +68,9 @@ func main() {
 				}
 				req, _ := http.NewRequest("POST", *target, bytes.NewReader([]byte(*body)))
 				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Idempotency-Key", key)
+				if *keys != "none" {
+					req.Header.Set("Idempotency-Key", key)
+				}
 				t := time.Now()
 				resp, err := client.Do(req)
 				if err != nil {
