@@ -63,7 +63,7 @@ func (f *flight) redacted(resp Response) Response {
 		return resp
 	}
 	out := fn(f.ctx, copyResponse(&resp))
-	out.Status, out.BodyOmitted = resp.Status, resp.BodyOmitted || out.BodyOmitted
+	out.Status, out.kind, out.BodyOmitted = resp.Status, resp.kind, resp.BodyOmitted || out.BodyOmitted
 	if out.BodyOmitted {
 		out.Body = nil
 	}

@@ -107,3 +107,21 @@ func TestHookOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestRedactDoNewResponse: a redact function that returns a Response of
+// its own (not the one it was given) still stores a Do value: the kind of
+// result is the engine's, like the status.
+func TestRedactDoNewResponse(t *testing.T) {
+	s := newTestStore()
+	e, _ := newEngine(t, s, WithRedact(func(_ context.Context, r Response) Response {
+		return Response{Body: bytes.ReplaceAll(r.Body, []byte("secret"), []byte("******"))}
+	}))
+	fn := func(context.Context) ([]byte, error) { return []byte("token secret"), nil }
+	if _, _, err := e.Do(t.Context(), op("k", "a"), fn); err != nil {
+		t.Fatal(err)
+	}
+	v, replayed, err := e.Do(t.Context(), op("k", "a"), fn)
+	if err != nil || !replayed || string(v) != "token ******" {
+		t.Errorf("replay: %q %v %v", v, replayed, err)
+	}
+}
