@@ -142,6 +142,11 @@ func (r *report) finish(ev event) {
 	if ev.Action == "skip" && len(r.output[ev.Package+"\x00"]) > 0 && strings.Contains(strings.Join(r.output[ev.Package+"\x00"], ""), "no test files") {
 		return
 	}
+	if strings.Contains(strings.Join(r.output[ev.Package+"\x00"], ""), "(cached)") {
+		// Unchanged since it last passed: go test replays its output.
+		fmt.Fprintf(r.w, "  %s %-48s (cached)\n", status, short(ev.Package))
+		return
+	}
 	fmt.Fprintf(r.w, "  %s %-48s %6.1fs\n", status, short(ev.Package), ev.Elapsed)
 }
 

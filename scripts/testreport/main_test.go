@@ -21,6 +21,9 @@ const stream = `{"Action":"start","Package":"example.com/a"}
 {"Action":"output","Package":"example.com/b","Test":"TestBad","Output":"    b_test.go:3: got 1, want 2\n"}
 {"Action":"fail","Package":"example.com/b","Test":"TestBad","Elapsed":0}
 {"Action":"fail","Package":"example.com/b","Elapsed":0.2}
+{"Action":"start","Package":"example.com/d"}
+{"Action":"output","Package":"example.com/d","Output":"ok  \texample.com/d\t(cached)\n"}
+{"Action":"pass","Package":"example.com/d","Elapsed":0}
 {"Action":"output","Package":"example.com/c","Output":"?   \texample.com/c\t[no test files]\n"}
 {"Action":"skip","Package":"example.com/c","Elapsed":0}
 `
@@ -39,6 +42,7 @@ func TestReport(t *testing.T) {
 	for _, want := range []string{
 		"ok   example.com/a",
 		"FAIL example.com/b",
+		"ok   example.com/d                                    (cached)",
 		"--- FAIL: example.com/b TestBad\n    b_test.go:3: got 1, want 2",
 		"1 skipped:\n  example.com/a TestRedis: a_test.go:9: Redis at 127.0.0.1:6379 unreachable; set IDEM_TEST_REDIS_URL",
 	} {
