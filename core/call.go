@@ -69,7 +69,7 @@ func (c *Call) start(e *Engine, ctx context.Context, op Op) (*Response, error) {
 	case canceled, unreadable:
 		return nil, o.err
 	case failed:
-		if e.cfg.failOpen {
+		if e.failsOpen(o.err) {
 			f.ev.FailedOpen, c.run = true, time.Now()
 			return nil, nil
 		}

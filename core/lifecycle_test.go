@@ -31,19 +31,25 @@ func TestLostClaimWithTransactionAnswers503(t *testing.T) {
 	})
 }
 
+// TestCorruptRecordFailsClosed: a record the engine cannot read answers
+// 503, failing open or not: the store answered, and the record may say
+// the work was done, so the handler never runs past it.
 func TestCorruptRecordFailsClosed(t *testing.T) {
-	s := newTestStore()
-	e, ev := newEngine(t, s)
-	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
-	post(h, "/", "k", "")
-	for _, r := range s.recs {
-		r.Result.Head = []byte{headHTTP, 0, 1, 0} // status 0
-	}
-	if w := post(h, "/", "k", ""); w.Code != 503 {
-		t.Errorf("replaying a corrupt record: %d, want 503", w.Code)
-	}
-	if got := ev.outcomes(); got[1] != OutcomeStoreFailure {
-		t.Errorf("outcomes %v", got)
+	for _, opts := range [][]Option{nil, {WithFailOpen()}} {
+		s := newTestStore()
+		e, ev := newEngine(t, s, opts...)
+		runs := 0
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++; w.WriteHeader(201) }))
+		post(h, "/", "k", "")
+		for _, r := range s.recs {
+			r.Result.Head = []byte{headHTTP, 0, 1, 0} // status 0
+		}
+		if w := post(h, "/", "k", ""); w.Code != 503 || runs != 1 {
+			t.Errorf("replaying a corrupt record (%d options): %d, %d runs; want 503 and one run", len(opts), w.Code, runs)
+		}
+		if got := ev.outcomes(); got[1] != OutcomeStoreFailure {
+			t.Errorf("outcomes %v", got)
+		}
 	}
 }
 

@@ -146,10 +146,18 @@ func WithStoreTimeout(d time.Duration) Option {
 // as OutcomeStoreFailure with Event.FailedOpen) instead of answering 503.
 // Such a run has no claim and, with an exactly-once store, no transaction.
 // A request that found its key in flight and is waiting (WithWait) is
-// never run unprotected: a store failure then answers 409. Default: fail
-// closed (503 with Retry-After).
+// never run unprotected: a store failure then answers 409. Neither is a
+// request whose key holds a record the engine cannot read
+// (ErrCorruptRecord): the store answered, and the record may say the work
+// was done. Default: fail closed (503 with Retry-After).
 func WithFailOpen() Option {
 	return func(c *config) error { c.failOpen = true; return nil }
+}
+
+// failsOpen reports whether a request whose store call failed with err
+// runs unprotected.
+func (e *Engine) failsOpen(err error) bool {
+	return e.cfg.failOpen && !errors.Is(err, ErrCorruptRecord)
 }
 
 // WithWait turns on wait mode: a request that finds its key in progress

@@ -158,7 +158,7 @@ func (x *exchange) answer(o outcome) {
 	case inFlight:
 		x.problem(problemConflict, detailConflict, seconds(f.retryAfter(o.rec)))
 	case failed:
-		x.storeFailure()
+		x.storeFailure(o.err)
 	case canceled:
 		// The client is gone; the answer is for the log of any proxy.
 		x.problem(problemCanceled, detailCanceled, 0)
@@ -200,9 +200,9 @@ func (x *exchange) problem(k problemKind, detail string, retryAfter int) {
 
 // storeFailure answers a failed store: 503, or with fail open the handler
 // runs unprotected.
-func (x *exchange) storeFailure() {
+func (x *exchange) storeFailure(err error) {
 	e := x.p.e
-	if e.cfg.failOpen {
+	if e.failsOpen(err) {
 		x.f.ev.FailedOpen = true
 		sw := statusWriter{ResponseWriter: x.w}
 		x.next.ServeHTTP(&sw, x.r)
@@ -215,14 +215,14 @@ func (x *exchange) storeFailure() {
 // execute runs the handler under the claim this request holds.
 func (x *exchange) execute() {
 	e, f := x.p.e, &x.f
-	if f.begin() != nil {
+	if err := f.begin(); err != nil {
 		switch f.ev.Outcome {
 		case OutcomeCanceled:
 			x.problem(problemCanceled, detailCanceled, 0)
 		case OutcomeConflict:
 			x.problem(problemConflict, detailConflict, seconds(e.retryAfter(0)))
 		default:
-			x.storeFailure()
+			x.storeFailure(err)
 		}
 		return
 	}
