@@ -58,7 +58,7 @@ func forRequest(resp *Response, ae []string) (*Response, error) {
 			return nil, fmt.Errorf("%w: %w", ErrNotAcceptable, err)
 		}
 	}
-	out := &Response{Status: resp.Status, Body: body, Header: make(http.Header, len(resp.Header))}
+	out := &Response{Status: resp.Status, kind: resp.kind, Body: body, Header: make(http.Header, len(resp.Header))}
 	for k, v := range resp.Header {
 		if !describesBody(k) {
 			out.Header[k] = v

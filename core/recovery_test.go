@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -476,4 +477,29 @@ func (s *lateStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult
 		return store.ClaimResult{}, context.DeadlineExceeded
 	}
 	return res, err
+}
+
+// TestDoBackgroundCompletionOverPendingBytes: a Do result that outgrows
+// WithMaxPendingBytes while its completion waits in the background is
+// kept without its value, as a Do result: the retry gets ErrResultOmitted
+// and does not run fn again, even failing open.
+func TestDoBackgroundCompletionOverPendingBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newBlipStore()
+		e, _ := newEngine(t, s, WithMaxPendingBytes(2048), WithFailOpen())
+		runs := 0
+		fn := func(context.Context) ([]byte, error) { runs++; return bytes.Repeat([]byte("v"), 4096), nil }
+		op := Op{Kind: "q", Name: "charge", Key: "k", Fingerprint: "f"}
+		s.set(true, "complete")
+		if _, _, err := e.Do(t.Context(), op, fn); err != nil {
+			t.Fatal(err)
+		}
+		s.set(false, "complete")
+		time.Sleep(time.Minute) // the background completion lands
+		synctest.Wait()
+		v, replayed, err := e.Do(t.Context(), op, fn)
+		if !errors.Is(err, ErrResultOmitted) || !replayed || v != nil || runs != 1 {
+			t.Errorf("retry: %q, replayed %v, %v, %d runs; want ErrResultOmitted and one run", v, replayed, err, runs)
+		}
+	})
 }

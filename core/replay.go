@@ -59,7 +59,7 @@ func storedHeader(h, outer http.Header, replayHeader string, omitted bool, allow
 		switch k {
 		case "Set-Cookie", "Date", "Content-Length", "Connection", "Keep-Alive", "Proxy-Connection",
 			"Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-			replayHeader, HeaderBodyOmitted:
+			replayHeader, HeaderBodyOmitted, HeaderSealed:
 			return true
 		default:
 			if omitted && describesBody(k) {
@@ -115,7 +115,7 @@ func describesBody(k string) bool {
 // r is not changed. A store that must drop a body to stay within a memory
 // bound stores this instead.
 func (r Response) WithoutBody() Response {
-	out := Response{Status: r.Status, BodyOmitted: true}
+	out := Response{Status: r.Status, kind: r.kind, BodyOmitted: true}
 	if r.Header != nil {
 		out.Header = make(http.Header, len(r.Header))
 		for k, v := range r.Header {

@@ -218,15 +218,22 @@ func (f *flight) sameRequest(stored string) bool {
 	return ok && k != nil && k != r.writer && hmac.Equal([]byte(k.fingerprint(f.rawFP)), []byte(stored))
 }
 
-// aad binds a sealed result to its record: scope, key and status.
-func aad(scope, key string, status int) []byte {
+// aad binds a sealed result to its record: scope, key and status, and,
+// for what Do stores, the kind of result (a value or a final error), so
+// that one cannot pass for the other. An HTTP result's has no kind byte,
+// as before results had kinds.
+func aad(scope, key string, status int, kind resultKind) []byte {
 	b := make([]byte, 0, 16+len(scope)+len(key))
 	b = append(b, "idem/v1"...)
 	b = binary.AppendUvarint(b, uint64(len(scope)))
 	b = append(b, scope...)
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	b = append(b, key...)
-	return binary.AppendUvarint(b, uint64(status))
+	b = binary.AppendUvarint(b, uint64(status))
+	if kind != kindHTTP {
+		b = append(b, byte(kind))
+	}
+	return b
 }
 
 // seal returns resp as the store keeps it with encryption on: the status,
@@ -251,7 +258,7 @@ func (e *Engine) seal(scope, key string, resp Response) Response {
 	}
 	buf = append(buf, flags)
 	buf = append(buf, resp.Body...)
-	sealed := k.aead.Seal(buf[:ns], buf[:ns], buf[ns:], aad(scope, key, resp.Status))
+	sealed := k.aead.Seal(buf[:ns], buf[:ns], buf[ns:], aad(scope, key, resp.Status, resp.kind))
 	return Response{
 		Status: resp.Status,
 		kind:   resp.kind,
@@ -297,7 +304,7 @@ func (e *Engine) open(scope, key string, stored *Response) (*Response, error) {
 	if len(stored.Body) < ns {
 		return nil, fmt.Errorf("%w: the sealed body is %d bytes", ErrUndecryptable, len(stored.Body))
 	}
-	plain, err := k.aead.Open(nil, stored.Body[:ns], stored.Body[ns:], aad(scope, key, stored.Status))
+	plain, err := k.aead.Open(nil, stored.Body[:ns], stored.Body[ns:], aad(scope, key, stored.Status, stored.kind))
 	if err != nil {
 		return nil, fmt.Errorf("%w: key %q does not open it (altered, or moved from another record)", ErrUndecryptable, ids[0])
 	}

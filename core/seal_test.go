@@ -202,6 +202,42 @@ func TestEncryptionDo(t *testing.T) {
 	}
 }
 
+// TestEncryptionBindsDoKind: the kind of a sealed Do result is part of
+// what the seal authenticates: a value whose stored kind is flipped to a
+// final error (or back) does not open, rather than replay its plaintext
+// as the other.
+func TestEncryptionBindsDoKind(t *testing.T) {
+	s := newTestStore()
+	e, _ := newEngine(t, s, WithEncryption(testKey("k1", 1)))
+	c := &counter{}
+	if _, _, err := e.Do(t.Context(), op("k", "a"), c.fn); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.recs {
+		r.Result.Head[0] = headFinal // was headValue
+	}
+	v, _, err := e.Do(t.Context(), op("k", "a"), c.fn)
+	if !errors.Is(err, ErrUndecryptable) || v != nil || c.runs.Load() != 1 {
+		t.Errorf("a sealed value relabelled a final error: %q, %v after %d runs; want ErrUndecryptable", v, err, c.runs.Load())
+	}
+}
+
+// TestHandlerSealedHeaderIsNotStored: a handler's own Idem-Sealed response
+// header is the engine's marker, not the handler's: it is not stored, so
+// replays are not taken for sealed records.
+func TestHandlerSealedHeaderIsNotStored(t *testing.T) {
+	e, _ := newEngine(t, newTestStore())
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(HeaderSealed, "mine")
+		w.WriteHeader(201)
+		w.Write([]byte("ok"))
+	}))
+	post(h, "/", "k", "")
+	if w := post(h, "/", "k", ""); w.Code != 201 || w.Body.String() != "ok" || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay after a handler set %s: %d %q", HeaderSealed, w.Code, w.Body)
+	}
+}
+
 func TestEncryptionKeepsPlainRecordsAndOmittedBodies(t *testing.T) {
 	s := newTestStore()
 	plain, _ := newEngine(t, s)
