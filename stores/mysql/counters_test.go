@@ -311,3 +311,47 @@ func TestExtendBatchTwoStatements(t *testing.T) {
 		t.Errorf("extended record: %+v %v %v", rec, ok, err)
 	}
 }
+
+// TestExtendBatchPastATakeover: a claim in the batch that another engine
+// took over, and whose exactly-once transaction now holds the row's lock,
+// neither holds up the other claims' extends nor passes for held; two
+// claims on one record (the stale one and the one that took over) each
+// get their own answer.
+func TestExtendBatchPastATakeover(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	now := time.Now().UTC()
+	stale := claimAt("k1", "fp", "tokA", now, time.Second)
+	other := claimAt("k2", "fp", "tokC", now, time.Minute)
+	for _, c := range []store.Claim{stale, other} {
+		if r, err := s.Claim(ctx, c); err != nil || !r.Acquired {
+			t.Fatal(r, err)
+		}
+	}
+	later := now.Add(2 * time.Second)
+	taker := claimAt("k1", "fp", "tokB", later, time.Minute)
+	if r, err := s.Claim(ctx, taker); err != nil || !r.Acquired {
+		t.Fatal(r, err)
+	}
+	lease := later.Add(time.Minute)
+	errs := s.ExtendBatch(ctx, later, []store.Extension{
+		{Hold: stale.Hold(), LeaseEnd: lease}, {Hold: taker.Hold(), LeaseEnd: lease}, {Hold: other.Hold(), LeaseEnd: lease},
+	})
+	if !errors.Is(errs[0], store.ErrLeaseLost) || errs[1] != nil || errs[2] != nil {
+		t.Errorf("stale, taker, other: %v; want ErrLeaseLost, nil, nil", errs)
+	}
+
+	tx, err := s.ExactlyOnce().BeginTx(ctx, taker.Hold())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	errs = s.ExtendBatch(bctx, later, []store.Extension{
+		{Hold: stale.Hold(), LeaseEnd: lease.Add(time.Second)}, {Hold: other.Hold(), LeaseEnd: lease.Add(time.Second)},
+	})
+	if !errors.Is(errs[0], store.ErrLeaseLost) || errs[1] != nil {
+		t.Errorf("beside a transaction that holds a taken-over claim: %v; want ErrLeaseLost, nil", errs)
+	}
+}

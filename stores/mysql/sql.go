@@ -149,16 +149,17 @@ const heldSQL = "SELECT IS_USED_LOCK(" + holdName + ") IS NOT NULL"
 const extendSQL = "UPDATE {{t}} SET lease_end = :lease, expires_at = :lease, state = LAST_INSERT_ID(1)\n" +
 	"WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
 
-// extendBatchSQL moves the lease of every held claim in :in (scope, key
-// and token) to :lease; :pairs lists the same records by (scope, key) so
-// that the primary key finds them. extendedSQL then reads which of them
-// now hold their token in progress at that lease end: those the update
-// moved (a claim that no longer holds its token cannot hold it again).
-const extendBatchSQL = "UPDATE {{t}} SET lease_end = :lease, expires_at = :lease\n" +
-	"WHERE (scope, `key`) IN (:pairs) AND (scope, `key`, token) IN (:in) AND state = 1"
+// holdingSQL finds, with a consistent read that takes no lock and waits
+// for none, which of the claims in :holds (holdList: an OR of primary-key
+// equalities with the token, which the optimizer reads as ranges of the
+// primary key even on a small table, where a row-constructor IN is a scan)
+// still hold their records in progress. extendBatchSQL then moves the
+// lease of those to :lease, locking their rows alone: a claim taken over
+// since by an exactly-once transaction, whose row lock would hold any
+// locking read of its row for as long as its handler runs, is left out.
+const holdingSQL = "SELECT scope, `key`, token FROM {{t}} WHERE state = 1 AND (:holds)"
 
-const extendedSQL = "SELECT scope, `key` FROM {{t}}\n" +
-	"WHERE (scope, `key`) IN (:pairs) AND (scope, `key`, token) IN (:in) AND state = 1 AND lease_end = :lease"
+const extendBatchSQL = "UPDATE {{t}} SET lease_end = :lease, expires_at = :lease WHERE state = 1 AND (:holds)"
 
 // releaseSQL deletes a held, in-progress claim.
 const releaseSQL = "DELETE FROM {{t}} WHERE scope = :scope AND `key` = :key AND token = :token AND state = 1"
@@ -216,7 +217,7 @@ const watchSQL = "SELECT scope, `key`, token, state FROM {{t}} WHERE (scope, `ke
 // queries holds the store's statements for one table.
 type queries struct {
 	selectRecord, take, extend, release, delete, evict, get stmt
-	extendBatch, extended                                   stmt
+	holding, extendBatch                                    stmt
 	mark, holder, hold, unhold, held                        stmt
 	expired, sweepLock, sweepDelete, watch                  stmt
 	complete, commit                                        string // prepared: ? placeholders
@@ -229,8 +230,8 @@ func newQueries(table string) queries {
 		take:         compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease"),
 		extend:       compile(extendSQL, t, "scope", "key", "token", "lease"),
 		release:      compile(releaseSQL, t, "scope", "key", "token"),
-		extendBatch:  compile(extendBatchSQL, t, "lease", "pairs", "in"),
-		extended:     compile(extendedSQL, t, "lease", "pairs", "in"),
+		extendBatch:  compile(extendBatchSQL, t, "lease", "holds"),
+		holding:      compile(holdingSQL, t, "holds"),
 		delete:       compile(deleteSQL, t, "scope", "key"),
 		evict:        compile(evictSQL, t, "scope", "key", "token"),
 		get:          compile(getSQL, t, "scope", "key", "now"),
@@ -386,18 +387,19 @@ func pairList(scopes, keys []string) literal {
 	return literal(b)
 }
 
-// tripleList renders holds as an IN list of (scope, key, token).
-func tripleList(hs []store.Hold) literal {
+// holdList renders holds (their scopes as stored) as an OR of
+// "(scope = .. AND `key` = .. AND token = ..)".
+func holdList(hs []store.Hold) literal {
 	var b []byte
 	for i, h := range hs {
 		if i > 0 {
-			b = append(b, ", "...)
+			b = append(b, " OR "...)
 		}
-		b = append(b, '(')
-		b = appendLit(b, scopeKey(h.Scope))
-		b = append(b, ", "...)
+		b = append(b, "(scope = "...)
+		b = appendLit(b, h.Scope)
+		b = append(b, " AND `key` = "...)
 		b = appendLit(b, h.Key)
-		b = append(b, ", "...)
+		b = append(b, " AND token = "...)
 		b = appendLit(b, h.Token)
 		b = append(b, ')')
 	}

@@ -457,72 +457,117 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return sqlbase.FromMicro(us), nil
 }
 
-// ExtendBatch implements store.BatchExtender in two statements whatever
-// the number of claims (per distinct lease end; the engine's heartbeat
-// gives one): an UPDATE of every claim its token still holds, then a
-// SELECT of which ones it moved, by primary key both.
+// ExtendBatch implements store.BatchExtender in two statements for up to
+// extendBatchSize claims with one lease end (the engine's heartbeat gives
+// one): a SELECT, without locks, of the claims whose tokens still hold
+// their records, then one UPDATE of those, by primary key both. When the
+// update moved fewer rows than it was given (a claim taken over between
+// the two, a lease end already there), each of them is extended on its
+// own, as Extend does.
 func (s *Store) ExtendBatch(ctx context.Context, now time.Time, xs []store.Extension) []error {
 	errs := make([]error, len(xs))
-	byLease := map[int64][]int{}
+	groups := map[int64][]int{}
 	var order []int64
 	for i, x := range xs {
 		us := sqlbase.CeilMicro(x.LeaseEnd).UnixMicro()
-		if _, ok := byLease[us]; !ok {
+		if _, ok := groups[us]; !ok {
 			order = append(order, us)
 		}
-		byLease[us] = append(byLease[us], i)
+		groups[us] = append(groups[us], i)
 	}
 	for _, us := range order {
-		idx := byLease[us]
-		held, err := s.extendGroup(ctx, us, xs, idx)
-		for _, i := range idx {
-			switch {
-			case err != nil:
-				errs[i] = err
-			case !held[store.Ref{Scope: scopeKey(xs[i].Scope), Key: xs[i].Key}]:
-				errs[i] = store.ErrLeaseLost
-			}
+		idx := groups[us]
+		for len(idx) > 0 {
+			n := min(len(idx), extendBatchSize)
+			s.extendGroup(ctx, now, us, xs, idx[:n], errs)
+			idx = idx[n:]
 		}
 	}
 	return errs
 }
 
-// extendGroup extends the claims xs[idx] to the lease end us, and returns
-// the records (by stored scope) that now hold their claims at it.
-func (s *Store) extendGroup(ctx context.Context, us int64, xs []store.Extension, idx []int) (map[store.Ref]bool, error) {
-	scopes, keys, hs := make([]string, len(idx)), make([]string, len(idx)), make([]store.Hold, len(idx))
-	for j, i := range idx {
-		scopes[j], keys[j], hs[j] = scopeKey(xs[i].Scope), xs[i].Key, xs[i].Hold
+// extendBatchSize bounds the claims of one ExtendBatch statement, and so
+// its size (well under max_allowed_packet's smallest default, 4 MiB).
+const extendBatchSize = 256
+
+// extendGroup extends the claims xs[idx] to the lease end us, setting
+// errs[i] for each.
+func (s *Store) extendGroup(ctx context.Context, now time.Time, us int64, xs []store.Extension, idx []int, errs []error) {
+	fail := func(err error) {
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("mysqlstore: extend: %w", err)
+		}
 	}
-	pairs, in := pairList(scopes, keys), tripleList(hs)
-	update := s.q.extendBatch.render(us, pairs, in)
-	var err error
+	holding, err := s.holding(ctx, xs, idx)
+	if err != nil {
+		fail(err)
+		return
+	}
+	var live []int
+	for _, i := range idx {
+		if holding[stored(xs[i].Hold)] {
+			live = append(live, i)
+		} else {
+			errs[i] = store.ErrLeaseLost
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	update := s.q.extendBatch.render(us, holdList(storedHolds(xs, live)))
+	var res sql.Result
 	for attempt := 0; ; attempt++ {
-		if _, err = s.db.ExecContext(ctx, update); !deadlock(err) || attempt == maxClaimAttempts-1 {
+		if res, err = s.db.ExecContext(ctx, update); !deadlock(err) || attempt == maxClaimAttempts-1 {
 			break
 		}
 		deadlockRetries.Add(1)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mysqlstore: extend: %w", err)
+		for _, i := range live {
+			errs[i] = fmt.Errorf("mysqlstore: extend: %w", err)
+		}
+		return
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.extended.render(us, pairs, in))
+	if n, _ := res.RowsAffected(); n == int64(len(live)) {
+		return
+	}
+	for _, i := range live {
+		errs[i] = s.Extend(ctx, xs[i].Hold, now, xs[i].LeaseEnd)
+	}
+}
+
+// holding returns which of the claims xs[idx] still hold their records
+// in progress, by stored(hold).
+func (s *Store) holding(ctx context.Context, xs []store.Extension, idx []int) (map[store.Hold]bool, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.holding.render(holdList(storedHolds(xs, idx))))
 	if err != nil {
-		return nil, fmt.Errorf("mysqlstore: extend: %w", err)
+		return nil, err
 	}
 	defer rows.Close()
-	held := make(map[store.Ref]bool, len(idx))
+	held := make(map[store.Hold]bool, len(idx))
 	for rows.Next() {
-		var scope, key []byte
-		if err := rows.Scan(&scope, &key); err != nil {
-			return nil, fmt.Errorf("mysqlstore: extend: %w", err)
+		var scope, key, token []byte
+		if err := rows.Scan(&scope, &key, &token); err != nil {
+			return nil, err
 		}
-		held[store.Ref{Scope: string(scope), Key: string(key)}] = true
+		held[store.Hold{Ref: store.Ref{Scope: string(scope), Key: string(key)}, Token: string(token)}] = true
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("mysqlstore: extend: %w", err)
+	return held, rows.Err()
+}
+
+// stored is h as its record keeps it: the scope as scopeKey stores it.
+func stored(h store.Hold) store.Hold {
+	h.Scope = scopeKey(h.Scope)
+	return h
+}
+
+// storedHolds returns the holds of the claims xs[idx], as stored.
+func storedHolds(xs []store.Extension, idx []int) []store.Hold {
+	hs := make([]store.Hold, len(idx))
+	for j, i := range idx {
+		hs[j] = stored(xs[i].Hold)
 	}
-	return held, nil
+	return hs
 }
 
 // Extend implements store.Extender in one statement. Like Complete, it
