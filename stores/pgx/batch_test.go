@@ -2,6 +2,7 @@ package pgxstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -73,5 +74,27 @@ func TestExtendBatchOneStatement(t *testing.T) {
 	rec, _, _ = s.Get(ctx, ref("s", "k7"), now)
 	if rec.LeaseEnd.After(now.Add(2 * time.Minute)) {
 		t.Errorf("k7 (wrong token) was extended to %v", rec.LeaseEnd)
+	}
+}
+
+// TestExtendBatchTwoClaimsOnOneRecord: a stale claim and the claim that
+// took its record over, in one batch, each get their own answer.
+func TestExtendBatchTwoClaimsOnOneRecord(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	now := time.Now()
+	stale := claimAt("k1", "fp", "tokA", now, time.Second)
+	if r, err := s.Claim(ctx, stale); err != nil || !r.Acquired {
+		t.Fatal(r, err)
+	}
+	later := now.Add(2 * time.Second)
+	taker := claimAt("k1", "fp", "tokB", later, time.Minute)
+	if r, err := s.Claim(ctx, taker); err != nil || !r.Acquired {
+		t.Fatal(r, err)
+	}
+	lease := later.Add(time.Minute)
+	errs := s.ExtendBatch(ctx, later, []store.Extension{{Hold: stale.Hold(), LeaseEnd: lease}, {Hold: taker.Hold(), LeaseEnd: lease}})
+	if !errors.Is(errs[0], store.ErrLeaseLost) || errs[1] != nil {
+		t.Errorf("stale, taker: %v; want ErrLeaseLost, nil", errs)
 	}
 }

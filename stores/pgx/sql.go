@@ -241,7 +241,7 @@ WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1`
 const extendBatchSQL = `UPDATE {{t}} AS r SET lease_end = b.lease_end, expires_at = b.lease_end
 FROM unnest($1::bytea[], $2::text[], $3::bytea[], $4::timestamptz[]) AS b(scope, key, token, lease_end){{nosync}}
 WHERE r.scope = b.scope AND r.key = b.key AND r.token = b.token AND r.state = 1
-RETURNING r.scope, r.key`
+RETURNING r.scope, r.key, r.token`
 
 // lockSQL is the first statement of an exactly-once transaction: it locks
 // the claim's row FOR UPDATE while the claim still holds it ($1 scope,

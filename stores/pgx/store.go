@@ -491,16 +491,16 @@ func (s *Store) extendBatch(ctx context.Context, sql string, xs []store.Extensio
 		scopes[i], keys[i], tokens[i], ends[i] = []byte(x.Scope), x.Key, []byte(x.Token), sqlbase.CeilMicro(x.LeaseEnd)
 	}
 	args := []any{scopes, keys, tokens, ends}
-	extended := make(map[store.Ref]bool, len(xs))
+	extended := make(map[store.Hold]bool, len(xs)) // by token: two claims on one record are two answers
 	read := func(rows pgx.Rows) error {
 		defer rows.Close()
 		for rows.Next() {
-			var scope []byte
+			var scope, token []byte
 			var key string
-			if err := rows.Scan(&scope, &key); err != nil {
+			if err := rows.Scan(&scope, &key, &token); err != nil {
 				return err
 			}
-			extended[store.Ref{Scope: string(scope), Key: key}] = true
+			extended[store.Hold{Ref: store.Ref{Scope: string(scope), Key: key}, Token: string(token)}] = true
 		}
 		return rows.Err()
 	}
@@ -526,7 +526,7 @@ func (s *Store) extendBatch(ctx context.Context, sql string, xs []store.Extensio
 		switch {
 		case err != nil:
 			errs[i] = fmt.Errorf("pgxstore: extend: %w", err)
-		case !extended[x.Ref]:
+		case !extended[x.Hold]:
 			errs[i] = store.ErrLeaseLost
 		}
 	}
