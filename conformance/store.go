@@ -1236,12 +1236,13 @@ func testExtendBatch(h *harness) {
 		{Hold: hold(scopeA, "key-done", "token-1"), LeaseEnd: newEnd},
 		{Hold: hold(scopeA, "key-missing", "token-1"), LeaseEnd: newEnd},
 		{Hold: hold(scopeOther, "key-live", "token-3"), LeaseEnd: newEnd},
+		{Hold: hold(scopeA, "key-live", "token-2"), LeaseEnd: newEnd}, // a stale claim beside the live one
 	}
 	errs := h.s.(store.BatchExtender).ExtendBatch(h.t.Context(), now, refs)
 	if len(errs) != len(refs) {
 		h.t.Fatalf("ExtendBatch returned %d errors for %d refs", len(errs), len(refs))
 	}
-	for i, lost := range []bool{false, true, true, true, false} {
+	for i, lost := range []bool{false, true, true, true, false, true} {
 		switch {
 		case lost:
 			h.wantLeaseLost(errs[i], fmt.Sprintf("ExtendBatch ref %d (%s %s)", i, refs[i].Key, refs[i].Token))
