@@ -86,6 +86,7 @@ var contractTests = []storeTest{
 	{"CompleteTwice", testCompleteTwice},
 	{"CompleteAfterTakeover", testCompleteAfterTakeover},
 	{"CompleteCopiesBody", testCompleteKeepsCopy},
+	{"CompleteRefusesNoHead", testCompleteNoHead},
 	{"ReleaseWrongToken", testReleaseWrongToken},
 	{"ReleaseNeverDeletesCompleted", testReleaseCompleted},
 	{"ReleaseThenClaimAgain", testReleaseThenClaim},
@@ -498,6 +499,22 @@ func testClaimExpiredCompleted(h *harness) {
 }
 
 // Complete
+
+// testCompleteNoHead: a result without a head would read back as a
+// corrupt record; Complete refuses it with an error of its own, and the
+// claim is still held.
+func testCompleteNoHead(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "there is no record")
+	for _, head := range [][]byte{nil, {}} {
+		err := h.complete(scopeA, "key-1", "token-1", store.Result{Head: head, Body: []byte("x")}, h.at(time.Second), h.at(retention))
+		if err == nil || errors.Is(err, store.ErrLeaseLost) {
+			h.t.Errorf("Complete of a result with head %v: %v, want an error that is not ErrLeaseLost", head, err)
+		}
+		rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", h.at(2*time.Second)), "the claim is still held")
+		h.checkRecord("record after Complete without a head", rec, inProgress(c))
+	}
+}
 
 func testCompleteWrongToken(h *harness) {
 	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(0))

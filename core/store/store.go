@@ -174,7 +174,8 @@ type Store interface {
 	// token, so a completion that comes late (a slow handler, a store that
 	// was down) lands. Otherwise (another token took the key over, the
 	// record is completed or gone) it returns ErrLeaseLost and changes
-	// nothing.
+	// nothing. A result without a Head (which the engine never sends) is
+	// refused with an error of its own, changing nothing.
 	//
 	// The stored record is a snapshot the store owns: the caller may reuse
 	// c.Result's memory once Complete returns, so a store that keeps it in

@@ -399,6 +399,9 @@ func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if len(c.Result.Head) == 0 {
+		return errors.New("memstore: complete: the result has no head") // it would read back as corrupt
+	}
 	res := c.Result
 	if s.maxBytes > 0 && resultSize(&res) > s.maxBytes {
 		res.Body, res.BodyOmitted = nil, true

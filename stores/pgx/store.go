@@ -310,11 +310,16 @@ func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) 
 	return nil
 }
 
+var errNoHead = errors.New("the result has no head")
+
 // complete runs completeSQL in the transaction in, or on its own when in
 // is nil. c.Now plays no part: a claim is its token's until another claim
 // takes the key over and changes the token. pgx has sent c.Result's bytes
 // by the time it returns, so the caller may reuse them.
 func (s *Store) complete(ctx context.Context, in pgx.Tx, h store.Hold, c store.Completion) (int64, error) {
+	if len(c.Result.Head) == 0 {
+		return 0, errNoHead // it would read back as corrupt
+	}
 	args := []any{[]byte(h.Scope), h.Key, []byte(h.Token), c.Result.Head, c.Result.Body,
 		c.Result.BodyOmitted, sqlbase.CeilMicro(c.ExpiresAt)}
 	sql := s.q.complete
