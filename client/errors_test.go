@@ -41,6 +41,7 @@ func TestRetryableError(t *testing.T) {
 		{"header timeout", live, timeoutErr{}, true},
 		{"another context's deadline", live, context.DeadlineExceeded, true},
 		{"in a url.Error", live, &url.Error{Op: "Post", URL: "http://x", Err: io.EOF}, true},
+		{"server closed idle connection", live, &url.Error{Op: "Post", URL: "http://x", Err: errors.New("http: server closed idle connection")}, true},
 		{"the caller's deadline", dead, context.DeadlineExceeded, false},
 		{"EOF after the context ended", dead, io.EOF, false},
 		{"cancelled", live, context.Canceled, false},

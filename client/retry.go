@@ -55,13 +55,21 @@ func retryableStatus(code int) bool {
 
 // retryableError reports whether an attempt that failed with err may be
 // retried: the connection was refused, reset or closed before the
-// response, or the response headers did not come in time. It never is
+// response (by the server, idle or not), or the response headers did not
+// come in time. It never is
 // once the request's own context has ended.
 func retryableError(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || connErrno(err) {
+		return true
+	}
+	if strings.Contains(err.Error(), "http: server closed idle connection") {
+		// net/http's unexported errServerClosedIdle: the server closed a
+		// kept-alive connection as the request went out on it (an
+		// instance shutting down). The Transport retries it once itself;
+		// when that attempt meets it too, the key makes another safe.
 		return true
 	}
 	t, ok := errors.AsType[timeouter](err)
