@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
@@ -357,4 +358,44 @@ func FuzzOpen(f *testing.F) {
 			t.Fatalf("error %v does not wrap ErrUndecryptable", err)
 		}
 	})
+}
+
+// TestEncryptionLegacyDoRecords: Do results sealed before results had
+// kinds (an HTTP 200 for a value, 422 for a final error, sealed with the
+// status alone in the associated data) still open and replay. The sealed
+// bytes are what the version before (ad01961) wrote for key "k".
+func TestEncryptionLegacyDoRecords(t *testing.T) {
+	for _, tc := range []struct {
+		status       int
+		sealed       string
+		value, final string
+	}{
+		{legacyValue, "34156879d39938e90fad5d7d34f0af61325455ce20d4fd3d3d483aa35c2b2bb4f3f623effc7742f984", "receipt 7", ""},
+		{legacyFinal, "b0f21ae0d855ecb0bc3150ce39e9b31d0c41aa6b0863aa6c3b8d8bb19c06a3423889c926d1b9e674fcbcefac3a", "", "card declined"},
+	} {
+		s := newTestStore()
+		e, _ := newEngine(t, s, WithEncryption(testKey("k1", 1)))
+		c := &counter{}
+		if _, _, err := e.Do(t.Context(), op("k", "a"), c.fn); err != nil {
+			t.Fatal(err)
+		}
+		body, err := hex.DecodeString(tc.sealed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		legacy := Response{Status: tc.status, Header: http.Header{HeaderSealed: {"k1"}}, Body: body}
+		s.mu.Lock()
+		s.recs[[2]string{Scope("", "test", "charge"), "k"}].Result = store.Result{Head: store.LegacyHead(tc.status, AppendHeader(nil, legacy.Header)), Body: body}
+		s.mu.Unlock()
+		v, replayed, err := e.Do(t.Context(), op("k", "a"), c.fn)
+		switch {
+		case tc.final != "" && (err == nil || err.Error() != tc.final || !replayed):
+			t.Errorf("legacy final error: %q %v %v", v, replayed, err)
+		case tc.final == "" && (err != nil || string(v) != tc.value || !replayed):
+			t.Errorf("legacy value: %q %v %v", v, replayed, err)
+		}
+		if n := c.runs.Load(); n != 1 {
+			t.Errorf("status %d: ran %d times", tc.status, n)
+		}
+	}
 }
