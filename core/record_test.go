@@ -10,6 +10,12 @@ import (
 	"github.com/idemkit/idem/core/store"
 )
 
+// decodeResult is decodeInto into a new Response.
+func decodeResult(res store.Result) (*Response, error) {
+	resp := new(Response)
+	return resp, decodeInto(resp, res)
+}
+
 func TestResultRoundTrip(t *testing.T) {
 	for _, resp := range []*Response{
 		{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)},

@@ -68,15 +68,9 @@ func encodeResult(resp *Response) store.Result {
 	return res
 }
 
-// decodeResult is the Response res keeps, or an error wrapping
-// ErrCorruptRecord when its head is not one encodeResult (or
+// decodeInto sets resp to the Response res keeps, or returns an error
+// wrapping ErrCorruptRecord when its head is not one encodeResult (or
 // store.LegacyHead) writes. The response shares res.Body.
-func decodeResult(res store.Result) (*Response, error) {
-	resp := new(Response)
-	return resp, decodeInto(resp, res)
-}
-
-// decodeInto is decodeResult into resp.
 func decodeInto(resp *Response, res store.Result) error {
 	*resp = Response{Body: res.Body, BodyOmitted: res.BodyOmitted}
 	if res.BodyOmitted {
