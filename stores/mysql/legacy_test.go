@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -154,7 +155,11 @@ func TestLegacyRecordThroughEngine(t *testing.T) {
 			if mode == "exactly once" {
 				st = s.ExactlyOnce()
 			}
-			e, err := idem.New(st, idem.WithLogger(quietLog))
+			e, err := idem.New(st, idem.WithLogger(quietLog), idem.WithObserver(func(_ context.Context, ev idem.Event) {
+				if ev.Err != nil {
+					t.Logf("%s: %v", ev.Outcome, ev.Err) // why a request got 503
+				}
+			}))
 			if err != nil {
 				t.Fatal(err)
 			}
