@@ -51,7 +51,7 @@ type AdminRecord struct {
 func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodDelete {
 		w.Header().Set("Allow", "GET, HEAD, DELETE")
-		e.writeProblem(w, problemKind{"admin-method", http.StatusMethodNotAllowed, "Method not allowed"}, "Use GET to look at a record and DELETE to evict it.", 0)
+		writeProblem(w, DefaultProblemTypeBase, problemKind{"admin-method", http.StatusMethodNotAllowed, "Method not allowed"}, "Use GET to look at a record and DELETE to evict it.", 0)
 		return
 	}
 	q := r.URL.Query()
@@ -69,12 +69,12 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		missing = append(missing, "key")
 	}
 	if len(missing) > 0 {
-		e.writeProblem(w, problemAdminParams, "Missing query parameters: "+strings.Join(missing, ", ")+".", 0)
+		writeProblem(w, DefaultProblemTypeBase, problemAdminParams, "Missing query parameters: "+strings.Join(missing, ", ")+".", 0)
 		return
 	}
 	key, err := ParseKey([]string{q.Get("key")})
 	if err != nil {
-		e.writeProblem(w, problemAdminParams, "The key parameter is not a valid key: "+strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": ")+".", 0)
+		writeProblem(w, DefaultProblemTypeBase, problemAdminParams, "The key parameter is not a valid key: "+strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": ")+".", 0)
 		return
 	}
 	scope := Scope(ns, method, route)
@@ -89,28 +89,28 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 func (e *Engine) adminGet(w http.ResponseWriter, r *http.Request, ref store.Ref, ns, method, route string) {
 	g, ok := e.store.(store.Getter)
 	if !ok {
-		e.writeProblem(w, problemAdminUnsupported, "This store cannot look records up (it does not implement store.Getter).", 0)
+		writeProblem(w, DefaultProblemTypeBase, problemAdminUnsupported, "This store cannot look records up (it does not implement store.Getter).", 0)
 		return
 	}
 	now, err := e.now(r.Context())
 	if err != nil {
-		e.writeProblem(w, problemStore, "Reading the store's clock failed: "+err.Error(), seconds(e.retryAfter(0)))
+		writeProblem(w, DefaultProblemTypeBase, problemStore, "Reading the store's clock failed: "+err.Error(), seconds(e.retryAfter(0)))
 		return
 	}
 	ctx := e.storeCall(r.Context(), false)
 	rec, found, err := g.Get(ctx, ref, now)
 	e.endCall(ctx, StoreGet, err, nil)
 	if err != nil {
-		e.writeProblem(w, problemStore, "Looking the record up failed: "+err.Error(), seconds(e.retryAfter(0)))
+		writeProblem(w, DefaultProblemTypeBase, problemStore, "Looking the record up failed: "+err.Error(), seconds(e.retryAfter(0)))
 		return
 	}
 	if !found {
-		e.writeProblem(w, problemAdminNotFound, "No record is stored for key "+strconv.Quote(ref.Key)+" of "+method+" "+strconv.Quote(route)+nsDetail(ns)+", or it has expired.", 0)
+		writeProblem(w, DefaultProblemTypeBase, problemAdminNotFound, "No record is stored for key "+strconv.Quote(ref.Key)+" of "+method+" "+strconv.Quote(route)+nsDetail(ns)+", or it has expired.", 0)
 		return
 	}
 	dec, err := fromStore(&rec)
 	if err != nil {
-		e.writeProblem(w, problemStore, "The stored record is unreadable: "+err.Error(), 0)
+		writeProblem(w, DefaultProblemTypeBase, problemStore, "The stored record is unreadable: "+err.Error(), 0)
 		return
 	}
 	writeJSON(w, http.StatusOK, adminRecord(dec, ns, method, route))
@@ -149,7 +149,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func (e *Engine) adminDelete(w http.ResponseWriter, r *http.Request, scope, key string) {
 	d, ok := e.store.(store.Deleter)
 	if !ok {
-		e.writeProblem(w, problemAdminUnsupported, "This store cannot delete records (it does not implement store.Deleter).", 0)
+		writeProblem(w, DefaultProblemTypeBase, problemAdminUnsupported, "This store cannot delete records (it does not implement store.Deleter).", 0)
 		return
 	}
 	ctx := e.storeCall(r.Context(), false)
@@ -160,7 +160,7 @@ func (e *Engine) adminDelete(w http.ResponseWriter, r *http.Request, scope, key 
 		e.cache.drop(scope, key)
 	}
 	if err != nil {
-		e.writeProblem(w, problemStore, "Deleting the record failed: "+err.Error(), seconds(e.retryAfter(0)))
+		writeProblem(w, DefaultProblemTypeBase, problemStore, "Deleting the record failed: "+err.Error(), seconds(e.retryAfter(0)))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"deleted": deleted})

@@ -26,7 +26,7 @@ func adminDo(t *testing.T, h http.Handler, method string, q url.Values) (int, ma
 
 func TestAdminInspectAndEvict(t *testing.T) {
 	s := newTestStore()
-	e, _ := newEngine(t, s, WithNamespace(func(r *http.Request) string { return r.Header.Get("X-Tenant") }))
+	e, _ := newEngine(t, s)
 	admin := e.AdminHandler()
 	block := make(chan struct{})
 	var runs atomic.Int32
@@ -37,7 +37,7 @@ func TestAdminInspectAndEvict(t *testing.T) {
 		}
 		w.Write([]byte("secret body"))
 	})
-	h := e.Middleware()(mux)
+	h := e.Middleware(WithNamespace(func(r *http.Request) string { return r.Header.Get("X-Tenant") }))(mux)
 	send := func() *httptest.ResponseRecorder {
 		r := httptest.NewRequest("POST", "/orders/7", strings.NewReader("x"))
 		r.Header.Set("Idempotency-Key", "k1")

@@ -15,13 +15,13 @@ import (
 // handler an identical one. It returns false when it answered instead
 // (413, or 400 for a body the client did not finish sending).
 func (x *exchange) takeBody() ([]byte, bool) {
-	e, r := x.p.e, x.r
-	body, err := x.readBody(e.cfg.maxRequestBody)
+	h, r := x.p.h, x.r
+	body, err := x.readBody(h.maxRequestBody)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.Is(err, errBodyTooLarge):
-			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", e.cfg.maxRequestBody))
+			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", h.maxRequestBody))
 		case errors.As(err, &mbe):
 			x.fail(OutcomeBodyTooLarge, problemBodyTooLarge, fmt.Sprintf("The request body is larger than %d bytes.", mbe.Limit))
 		default:

@@ -19,7 +19,8 @@ import (
 // concurrent use.
 type Call struct {
 	f     flight
-	open  bool // the call holds the claim
+	p     *Policy // Finish's HTTP rules
+	open  bool    // the call holds the claim
 	ended bool
 	run   time.Time // when the operation started
 	do    bool      // Do's: keys stay per kind and name whatever WithGlobalKeys says
@@ -33,14 +34,23 @@ type Call struct {
 //     fingerprint (a retry): send it instead of running the operation;
 //   - an error, as Do returns them: ErrMissingKey, ErrInvalidKey,
 //     ErrNamespaceRequired, ErrMismatch, ErrInFlight and ErrStoreFailure
-//     (both as a *RetryError), or ctx's error. Engine.Problem turns them
+//     (both as a *RetryError), or ctx's error. Policy.Problem turns them
 //     into an HTTP answer.
 //
 // With WithFailOpen, a store that fails gives a Call that holds nothing:
 // the operation runs unprotected, and ending the call only reports it.
+//
+// Call.Finish stores an HTTP response by the default HTTP rules; an HTTP
+// transport with HTTPOptions starts its calls with Policy.Start.
 func (e *Engine) Start(ctx context.Context, op Op) (*Call, *Response, error) {
-	c := &Call{}
-	resp, err := c.start(e, ctx, op)
+	return e.def.Start(ctx, op)
+}
+
+// Start is Engine.Start for an HTTP transport: the call's Finish stores
+// the response by p's release rule, body cap and headers.
+func (p *Policy) Start(ctx context.Context, op Op) (*Call, *Response, error) {
+	c := &Call{p: p}
+	resp, err := c.start(p.e, ctx, op)
 	if resp != nil || err != nil {
 		c.end()
 		return nil, resp, err
@@ -131,8 +141,9 @@ func (c *Call) Context(ctx context.Context) context.Context {
 }
 
 // Finish ends the call with an HTTP response, as the net/http middleware
-// ends a request: a status from MinStatus to MaxStatus that the release
-// rule (WithReleaseRule; by default 5xx, 408 and 429) keeps is stored,
+// ends a request under the policy that started it: a status from
+// MinStatus to MaxStatus that the release rule (WithReleaseRule; by
+// default 5xx and 429) keeps is stored,
 // with the headers a replay may carry (no Set-Cookie, Date, hop-by-hop
 // headers, or replay markers; WithReplayedHeaders applies) and without
 // the body past WithMaxResponseBody; any other status releases the key.
@@ -140,14 +151,14 @@ func (c *Call) Context(ctx context.Context) context.Context {
 // exactly-once transaction failed to commit: the response did not happen,
 // and the client should get the error instead.
 func (c *Call) Finish(resp Response) error {
-	f, e := &c.f, c.f.e
+	f, h := &c.f, c.p.h
 	f.ev.Status = resp.Status
-	keep := resp.Status >= MinStatus && resp.Status <= MaxStatus && !e.cfg.release(resp.Status)
+	keep := resp.Status >= MinStatus && resp.Status <= MaxStatus && !h.release(resp.Status)
 	if !keep {
 		return c.settle(Response{}, false)
 	}
-	omitted := resp.BodyOmitted || len(resp.Body) > e.cfg.maxResponseBody
-	stored := Response{Status: resp.Status, Header: storedHeader(resp.Header, nil, e.cfg.replayHeader, omitted, e.cfg.replayAllow)}
+	omitted := resp.BodyOmitted || len(resp.Body) > h.maxResponseBody
+	stored := Response{Status: resp.Status, Header: storedHeader(resp.Header, nil, h.replayHeader, omitted, h.replayAllow)}
 	if omitted {
 		stored.BodyOmitted = true
 	} else {

@@ -42,7 +42,7 @@ func TestStartFinishReplay(t *testing.T) {
 			t.Errorf("%s was stored", k)
 		}
 	}
-	rh := e.ReplayHeader(resp)
+	rh := e.Policy().ReplayHeader(resp)
 	if rh.Get("Idempotent-Replayed") != "true" || rh.Get("Content-Length") != "8" || rh.Get("Content-Type") != "application/json" {
 		t.Errorf("ReplayHeader %v", rh)
 	}
@@ -61,7 +61,7 @@ func TestStartFinishReplay(t *testing.T) {
 func TestFinishKeepsOrReleases(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		opts    []Option
+		opts    []HTTPOption
 		resp    Response
 		stored  bool
 		omitted bool
@@ -71,14 +71,14 @@ func TestFinishKeepsOrReleases(t *testing.T) {
 		{name: "500 releases", resp: Response{Status: 500}},
 		{name: "429 releases", resp: Response{Status: 429}},
 		{name: "a status out of range releases", resp: Response{Status: 101}},
-		{name: "the release rule", opts: []Option{WithReleaseRule(func(s int) bool { return s == 409 })}, resp: Response{Status: 409}},
-		{name: "a body past the cap is omitted", opts: []Option{WithMaxResponseBody(4)},
+		{name: "the release rule", opts: []HTTPOption{WithReleaseRule(func(s int) bool { return s == 409 })}, resp: Response{Status: 409}},
+		{name: "a body past the cap is omitted", opts: []HTTPOption{WithMaxResponseBody(4)},
 			resp: Response{Status: 200, Body: []byte("12345"), Header: http.Header{"Etag": {`"x"`}}}, stored: true, omitted: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestStore()
-			e, _ := newEngine(t, s, tc.opts...)
-			c, _, err := e.Start(t.Context(), httpOp("k", ""))
+			e, _ := newEngine(t, s)
+			c, _, err := e.Policy(tc.opts...).Start(t.Context(), httpOp("k", ""))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestStartErrors(t *testing.T) {
 			if c != nil || resp != nil || !errors.Is(err, tc.want) {
 				t.Fatalf("call %v, response %v, %v; want %v", c, resp, err, tc.want)
 			}
-			p, ok := e.Problem(err)
+			p, ok := e.Policy().Problem(err)
 			if !ok || p.Status != tc.status || p.Detail == "" || !strings.HasPrefix(p.Type, DefaultProblemTypeBase) {
 				t.Fatalf("Problem: %+v %v", p, ok)
 			}
@@ -146,7 +146,7 @@ func TestStartErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, ok := e.Problem(errors.New("the transport's own")); ok {
+	if _, ok := e.Policy().Problem(errors.New("the transport's own")); ok {
 		t.Error("Problem answered an error that is not the engine's")
 	}
 }
@@ -180,7 +180,7 @@ func TestCallReleaseAndContext(t *testing.T) {
 	s.fail = true
 	c, _, _ = e.Start(t.Context(), httpOp("k", ""))
 	err = c.Finish(Response{Status: 201})
-	p, _ := e.Problem(err)
+	p, _ := e.Policy().Problem(err)
 	if !errors.Is(err, ErrStoreFailure) || p.Status != 503 || !strings.HasSuffix(p.Type, "commit-failed") {
 		t.Errorf("failed commit: %v, problem %+v", err, p)
 	}
@@ -206,12 +206,13 @@ func TestStartFailOpen(t *testing.T) {
 }
 
 func TestFingerprintRequest(t *testing.T) {
-	plain, _ := newEngine(t, newTestStore())
+	e, _ := newEngine(t, newTestStore())
+	plain := e.Policy()
 	body := []byte(`{"b":1, "a":2}`)
 	if got, _ := plain.FingerprintRequest("POST", "/o?x=1", body); got != Fingerprint("POST", "/o?x=1", body) {
 		t.Error("the default is not Fingerprint")
 	}
-	js, _ := newEngine(t, newTestStore(), WithJSONFingerprint())
+	js := e.Policy(WithJSONFingerprint())
 	a, err := js.FingerprintRequest("POST", "/o", body)
 	b, _ := js.FingerprintRequest("POST", "/o", []byte(`{"a":2,"b":1}`))
 	if err != nil || a != b {
@@ -224,13 +225,14 @@ func TestFingerprintRequest(t *testing.T) {
 }
 
 func TestRequestOptions(t *testing.T) {
-	plain, _ := newEngine(t, newTestStore())
-	if got := plain.RequestOptions(); got != nil {
-		t.Errorf("plain engine: %v", got)
+	e, _ := newEngine(t, newTestStore())
+	if got := e.Policy(Optional(), WithKeyHeader("X-Key")).RequestOptions(); got != nil {
+		t.Errorf("plain policy: %v", got)
 	}
-	e, _ := newEngine(t, newTestStore(), WithNamespace(func(*http.Request) string { return "" }),
-		WithFingerprint(func(*http.Request, []byte) string { return "" }), WithKeyField("key"))
-	if got := strings.Join(e.RequestOptions(), ","); got != "WithNamespace,WithFingerprint,WithKeyField" {
+	p := e.Policy(WithNamespace(func(*http.Request) string { return "" }),
+		WithFingerprint(func(*http.Request, []byte) string { return "" }), WithKeyField("key"),
+		RouteFunc(func(*http.Request) string { return "/" }))
+	if got := strings.Join(p.RequestOptions(), ","); got != "WithNamespace,WithFingerprint,WithKeyField,RouteFunc" {
 		t.Errorf("RequestOptions %q", got)
 	}
 }
@@ -271,17 +273,18 @@ func TestStartGlobalKeys(t *testing.T) {
 }
 
 func TestReplayForAndProblemType(t *testing.T) {
-	e, _ := newEngine(t, newTestStore(), WithProblemTypeBase("https://example.com/problems/"))
+	e, _ := newEngine(t, newTestStore())
+	hp := e.Policy(WithProblemTypeBase("https://example.com/problems/"))
 	stored := &Response{Status: 200, Header: http.Header{"Content-Encoding": {"br"}}, Body: []byte("x")}
 	if got, err := e.ReplayFor(stored, []string{"br"}); err != nil || got != stored {
 		t.Errorf("accepted coding: %v %v", got, err)
 	}
 	_, err := e.ReplayFor(stored, []string{"gzip"})
-	p, ok := e.Problem(err)
+	p, ok := hp.Problem(err)
 	if !errors.Is(err, ErrNotAcceptable) || !ok || p.Status != 406 || p.Type != "https://example.com/problems/not-acceptable" {
 		t.Errorf("unaccepted coding: %v, problem %+v", err, p)
 	}
-	if got := e.ProblemType("body-too-large"); got != "https://example.com/problems/body-too-large" {
+	if got := hp.ProblemType("body-too-large"); got != "https://example.com/problems/body-too-large" {
 		t.Errorf("ProblemType %q", got)
 	}
 	if got := e.Policy(ForRoute("post", "/x", Skip())).Route("Post", "/x"); !got.Skip {

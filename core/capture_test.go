@@ -90,8 +90,8 @@ func TestAbandon(t *testing.T) {
 
 func TestPanicAfterStreamingEvictsTheRecord(t *testing.T) {
 	s := newTestStore()
-	e, ev := newEngine(t, s, WithMaxResponseBody(4))
-	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e, ev := newEngine(t, s)
+	h := e.Middleware(WithMaxResponseBody(4))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("more than four bytes"))
 		panic(http.ErrAbortHandler)
 	}))
@@ -164,8 +164,8 @@ func TestFlushAfterAbandon(t *testing.T) {
 }
 
 func TestStreamedTrailers(t *testing.T) {
-	e, _ := newEngine(t, newTestStore(), WithMaxResponseBody(1))
-	srv := httptest.NewServer(e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e, _ := newEngine(t, newTestStore())
+	srv := httptest.NewServer(e.Middleware(WithMaxResponseBody(1))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Trailer", "X-Checksum")
 		io.WriteString(w, "streamed body")
 		w.Header().Set("X-Checksum", "abc")

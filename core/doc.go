@@ -8,10 +8,18 @@
 // wait mode), and a response the client should retry (5xx, 429, a panic)
 // releases the key so the next retry runs again.
 //
-// An [Engine] holds the policy and talks to a [Store], which does everything
-// that must be atomic. [Engine.Middleware] is a plain net/http middleware
-// that scopes keys by the ServeMux pattern; the adapters for Gin, Echo and
-// Chi wrap [Engine.Serve]. [Engine.Do] runs any other operation (a message
+// An [Engine] holds what every transport shares (the [Option]s given to
+// [New]: lease, retention, heartbeat, waiting, observers, failing open)
+// and talks to a [Store], which does everything that must be atomic.
+// [Engine.Middleware] is a plain net/http middleware that scopes keys by
+// the ServeMux pattern; the adapters for Gin, Echo, Chi and Fiber are
+// built on the same [Policy]. Each takes the HTTP transport's
+// [HTTPOption]s (the key header, the methods, the body caps, the namespace
+// and fingerprint functions, the release rule) and the [RouteOption]s
+// (required, optional, skip, retention) where it is mounted:
+//
+//	engine, err := idem.New(store, idem.WithWait(5*time.Second))
+//	h := engine.Middleware(idem.WithNamespace(tenant), idem.ForRoute("POST", "/search", idem.Optional()))(mux) [Engine.Do] runs any other operation (a message
 // to consume, a job) through the same lifecycle: claim the key, check the
 // fingerprint, answer a conflict or wait, keep the claim alive while the
 // work runs, then complete or release, and replay to retries.

@@ -25,7 +25,7 @@ import (
 const maxDecoded = 64 << 20
 
 // ErrNotAcceptable is why a replay cannot be given in a content coding the
-// retry accepts (Engine.ReplayFor); Engine.Problem answers it 406.
+// retry accepts (Engine.ReplayFor); Policy.Problem answers it 406.
 var ErrNotAcceptable = errors.New("idem: the stored response's content coding is not one this request accepts")
 
 // ReplayFor returns the stored response resp as a retry whose

@@ -94,38 +94,33 @@ func (e *Engine) Lease() time.Duration { return e.cfg.lease }
 // Store returns the engine's store.
 func (e *Engine) Store() Store { return e.store }
 
-// KeyHeader returns the canonical name of the header that carries the key.
-func (e *Engine) KeyHeader() string { return e.cfg.keyHeader }
-
-// Protects reports whether the engine handles requests with this method.
-func (e *Engine) Protects(method string) bool {
-	for _, m := range e.cfg.methods {
-		if m == method {
-			return true
-		}
-	}
-	return false
-}
-
-// Policy is the engine's policy with per-route overrides, built once where a
-// route or group is declared and used for each of its requests.
+// Policy is the engine's policy for the routes one middleware protects:
+// its HTTPOptions and per-route overrides, built once where a route or
+// group is declared and used for each of its requests.
 type Policy struct {
 	e         *Engine
+	h         *httpConfig // shared with the compiled overrides
 	required  bool
 	skip      bool
 	retention time.Duration
-	routeFunc func(*http.Request) string
 	overrides map[routeKey][]RouteOption
 	compiled  map[routeKey]*Policy // overrides applied on top of this policy
 }
 
-// Policy returns the engine's policy with opts applied.
-func (e *Engine) Policy(opts ...RouteOption) *Policy {
-	p := &Policy{e: e, required: !e.cfg.keyOptional, retention: e.cfg.retention}
+// Policy returns the engine's policy with opts applied, for adapters and
+// transports that serve requests themselves (Serve, Start). It panics
+// with an error wrapping ErrBadOption when opts contradict each other
+// (WithFingerprint and WithJSONFingerprint).
+func (e *Engine) Policy(opts ...HTTPOption) *Policy {
+	h := defaultHTTP
+	p := &Policy{e: e, h: &h, required: true, retention: e.cfg.retention}
 	for _, o := range opts {
 		if o != nil {
-			o(p)
+			o.applyHTTP(p)
 		}
+	}
+	if h.fingerprint != nil && h.jsonFP != nil {
+		panic(badOption("WithFingerprint and WithJSONFingerprint both given; choose one"))
 	}
 	if len(p.overrides) > 0 {
 		p.compiled = make(map[routeKey]*Policy, len(p.overrides))
@@ -143,10 +138,25 @@ func (e *Engine) Policy(opts ...RouteOption) *Policy {
 	return p
 }
 
+// KeyHeader returns the request header that carries the key
+// (WithKeyHeader).
+func (p *Policy) KeyHeader() string { return p.h.keyHeader }
+
+// Protects reports whether the policy handles requests with this method
+// (WithMethods).
+func (p *Policy) Protects(method string) bool {
+	for _, m := range p.h.methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
 // Route is what a policy decides for one route or operation, for
 // transports that run the lifecycle themselves (Start): whether it is
 // protected at all, whether a call must carry a key, and how long its
-// result is replayed. An HTTP transport also asks Engine.Protects for the
+// result is replayed. An HTTP transport also asks Policy.Protects for the
 // method.
 type Route struct {
 	Skip      bool // marked Skip: calls run unprotected

@@ -52,6 +52,21 @@ func newEngine(t *testing.T, s Store, opts ...Option) (*Engine, *events) {
 	return e, ev
 }
 
+// badOptionPanic runs fn, which must panic with an error wrapping
+// ErrBadOption, and returns that error.
+func badOptionPanic(t *testing.T, fn func()) (err error) {
+	t.Helper()
+	defer func() {
+		r := recover()
+		err, _ = r.(error)
+		if !errors.Is(err, ErrBadOption) {
+			t.Errorf("panic %v, want an error wrapping ErrBadOption", r)
+		}
+	}()
+	fn()
+	return nil
+}
+
 func post(h http.Handler, target, key, body string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("POST", target, strings.NewReader(body))
 	if key != "" {
@@ -70,12 +85,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}{
 		{"lease", []Option{WithLease(0)}},
 		{"retention", []Option{WithRetention(-time.Second)}},
-		{"GET", []Option{WithMethods("POST", "GET")}},
-		{"no methods", []Option{WithMethods()}},
-		{"header", []Option{WithKeyHeader("Bad Header")}},
-		{"replay header", []Option{WithReplayHeader("")}},
-		{"request cap", []Option{WithMaxRequestBody(0)}},
-		{"response cap", []Option{WithMaxResponseBody(-1)}},
 		{"store timeout", []Option{WithStoreTimeout(0)}},
 		{"wait", []Option{WithWait(0)}},
 		{"heartbeat", []Option{WithHeartbeat(-time.Second)}},
@@ -83,7 +92,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"completion retry", []Option{WithCompletionRetry(-time.Second)}},
 		{"pending bytes", []Option{WithMaxPendingBytes(0)}},
 		{"heartbeat longer than lease", []Option{WithLease(time.Second), WithHeartbeat(time.Second)}},
-		{"nil namespace", []Option{WithNamespace(nil)}},
 		{"nil clock", []Option{WithClock(nil)}},
 		{"lease longer than retention", []Option{WithLease(48 * time.Hour), WithRetention(24 * time.Hour)}},
 	} {
@@ -92,6 +100,21 @@ func TestNewRejectsBadOptions(t *testing.T) {
 				t.Errorf("New: %v, want ErrBadOption", err)
 			}
 		})
+	}
+	for name, fn := range map[string]func(){
+		"GET":             func() { WithMethods("POST", "GET") },
+		"no methods":      func() { WithMethods() },
+		"header":          func() { WithKeyHeader("Bad Header") },
+		"replay header":   func() { WithReplayHeader("") },
+		"request cap":     func() { WithMaxRequestBody(0) },
+		"response cap":    func() { WithMaxResponseBody(-1) },
+		"nil namespace":   func() { WithNamespace(nil) },
+		"nil fingerprint": func() { WithFingerprint(nil) },
+		"nil release":     func() { WithReleaseRule(nil) },
+		"problem base":    func() { WithProblemTypeBase("") },
+		"nil route func":  func() { RouteFunc(nil) },
+	} {
+		t.Run(name, func(t *testing.T) { badOptionPanic(t, fn) })
 	}
 	if _, err := New(nil); !errors.Is(err, ErrBadOption) {
 		t.Errorf("New(nil): %v", err)
@@ -317,9 +340,9 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 }
 
 func TestReleaseRuleIsReplaceable(t *testing.T) {
-	e, _ := newEngine(t, newTestStore(), WithReleaseRule(func(status int) bool { return status == 409 }))
+	e, _ := newEngine(t, newTestStore())
 	runs := 0
-	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := e.Middleware(WithReleaseRule(func(status int) bool { return status == 409 }))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++
 		w.WriteHeader(500)
 	}))
@@ -531,11 +554,11 @@ func TestClientHangupStillCompletes(t *testing.T) {
 
 func TestMiddlewareRoutes(t *testing.T) {
 	s := newTestStore()
-	e, ev := newEngine(t, s, WithNamespace(func(r *http.Request) string { return r.Header.Get("X-Tenant") }))
+	e, ev := newEngine(t, s)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /items/{id}", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(r.PathValue("id"))) })
 	mux.HandleFunc("POST /skip", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("skip")) })
-	h := e.Middleware(ForRoute("POST", "/skip", Skip()))(mux)
+	h := e.Middleware(WithNamespace(func(r *http.Request) string { return r.Header.Get("X-Tenant") }), ForRoute("POST", "/skip", Skip()))(mux)
 	post(h, "/items/1", "k", "")
 	if w := post(h, "/items/2", "k", ""); w.Code != 422 {
 		t.Errorf("same template, other path: %d, want 422", w.Code)

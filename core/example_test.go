@@ -137,7 +137,8 @@ func ExampleForRoute() {
 	mux.HandleFunc("POST /search", func(w http.ResponseWriter, r *http.Request) {})
 	mux.HandleFunc("POST /webhooks/{source}", func(w http.ResponseWriter, r *http.Request) {})
 	_ = engine.Middleware(
-		idem.ForRoute("POST", "/search", idem.Optional()),
+		idem.WithMaxRequestBody(64<<10),                   // HTTPOptions for every route,
+		idem.ForRoute("POST", "/search", idem.Optional()), // RouteOptions for some
 		idem.ForRoute("POST", "/webhooks/{source}", idem.Skip()),
 	)(mux)
 }

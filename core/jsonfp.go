@@ -67,32 +67,25 @@ func Ignore(pointers ...string) JSONOption {
 // a retry of a request first sent with non-canonical JSON a 422 until
 // those records expire.
 //
-// It replaces WithFingerprint; New fails when both are given, or when a
-// pointer is malformed (an error wrapping ErrBadOption). It applies to
+// It replaces WithFingerprint: a policy given both panics, as
+// WithJSONFingerprint does for a malformed pointer (an error wrapping
+// ErrBadOption). It applies to
 // HTTP requests; an Engine.Do caller fingerprints JSON the same way with
 // Fingerprint(kind, name, canonical), canonical from CanonicalJSON.
 // Default: the body's bytes.
 //
 //	idem.WithJSONFingerprint(idem.Ignore("/sent_at", "/signature"))
-func WithJSONFingerprint(opts ...JSONOption) Option {
-	return func(c *config) error {
-		if c.fingerprint != nil {
-			return badOption("WithJSONFingerprint and WithFingerprint both given; choose one")
+func WithJSONFingerprint(opts ...JSONOption) HTTPOption {
+	jc := &jsonConfig{}
+	var err error
+	for _, o := range opts {
+		if o != nil && err == nil {
+			err = o(jc)
 		}
-		jc := &jsonConfig{}
-		for _, o := range opts {
-			if o == nil {
-				continue
-			}
-			if err := o(jc); err != nil {
-				return err
-			}
-		}
-		jc.only = sortPointers(jc.only)
-		jc.ignore = sortPointers(jc.ignore)
-		c.jsonFP = jc
-		return nil
 	}
+	jc.only = sortPointers(jc.only)
+	jc.ignore = sortPointers(jc.ignore)
+	return mustHTTP(err, func(c *httpConfig) { c.jsonFP = jc })
 }
 
 // WithKeyField takes the key of a request without the key header from
@@ -107,7 +100,7 @@ func WithJSONFingerprint(opts ...JSONOption) Option {
 // that is not a string is invalid too. A body without the field (an empty
 // body, an array, an object without it) has no key: the request is
 // refused with 400 missing-key where the key is required, and runs
-// unprotected where it is optional (WithOptionalKey, Optional), as a
+// unprotected where it is optional (Optional), as a
 // request without the header does. A body that is not valid JSON (see
 // CanonicalJSON) gets 400 invalid-json, optional key or not.
 //
@@ -118,14 +111,12 @@ func WithJSONFingerprint(opts ...JSONOption) Option {
 // through unread, now has its body read and checked too. It applies to
 // HTTP requests, not to Engine.Do. Default: the key comes only from the
 // header.
-func WithKeyField(name string) Option {
-	return func(c *config) error {
-		if name == "" || !utf8.ValidString(name) {
-			return badOption("key field %q is not a valid JSON member name", name)
-		}
-		c.keyField = name
-		return nil
+func WithKeyField(name string) HTTPOption {
+	var err error
+	if name == "" || !utf8.ValidString(name) {
+		err = badOption("key field %q is not a valid JSON member name", name)
 	}
+	return mustHTTP(err, func(c *httpConfig) { c.keyField = name })
 }
 
 // jsonPointer is a parsed RFC 6901 JSON Pointer.
@@ -292,7 +283,7 @@ func (x *exchange) jsonFingerprint(body []byte, doc *jsonDoc) (string, bool) {
 		v = &doc.v
 		defer doc.release()
 	}
-	fp, err := x.p.e.cfg.jsonFP.fingerprint(x.r, body, v)
+	fp, err := x.p.h.jsonFP.fingerprint(x.r, body, v)
 	if err != nil {
 		x.invalidJSON(err)
 		return "", false
@@ -310,8 +301,8 @@ func (x *exchange) invalidJSON(err error) {
 // key it answers the request (400, or runs it unprotected where the key
 // is optional) and returns false.
 func (x *exchange) keyFromBody(body []byte) (string, *jsonDoc, bool) {
-	e := x.p.e
-	name := e.cfg.keyField
+	h := x.p.h
+	name := h.keyField
 	var doc *jsonDoc
 	var field *jvalue
 	if len(body) > 0 {
@@ -330,7 +321,7 @@ func (x *exchange) keyFromBody(body []byte) (string, *jsonDoc, bool) {
 	if field != nil {
 		key, err = checkFieldKey(name, field) // a copy: doc may go
 	}
-	if e.cfg.jsonFP == nil || field == nil || err != nil {
+	if h.jsonFP == nil || field == nil || err != nil {
 		doc.release()
 		doc = nil
 	}
@@ -339,7 +330,7 @@ func (x *exchange) keyFromBody(body []byte) (string, *jsonDoc, bool) {
 		x.skip()
 		return "", nil, false
 	case field == nil:
-		x.fail(OutcomeMissingKey, problemMissingKey, "Send an "+e.cfg.keyHeader+" header, or a "+
+		x.fail(OutcomeMissingKey, problemMissingKey, "Send an "+h.keyHeader+" header, or a "+
 			strconv.Quote(name)+" string member in the JSON body, with a unique key, such as a UUID.")
 		return "", nil, false
 	case err != nil:
@@ -385,8 +376,8 @@ func checkFieldKey(name string, v *jvalue) (string, error) {
 	return k, nil
 }
 
-// bodyKey reports whether Serve takes the key from the body: the engine
+// bodyKey reports whether Serve takes the key from the body: the policy
 // has a key field and the header is absent.
-func (e *Engine) bodyKey(headerErr error) bool {
-	return e.cfg.keyField != "" && errors.Is(headerErr, ErrMissingKey)
+func (h *httpConfig) bodyKey(headerErr error) bool {
+	return h.keyField != "" && errors.Is(headerErr, ErrMissingKey)
 }

@@ -16,10 +16,7 @@ import (
 // retry: the JSON fingerprint ignores them and the spelling of the JSON.
 func ExampleWithJSONFingerprint() {
 	engine, err := idem.New(&mapStore{recs: map[store.Ref]*storedRec{}},
-		idem.WithLogger(slog.New(slog.DiscardHandler)),
-		idem.WithKeyField("request_id"),
-		idem.WithJSONFingerprint(idem.Ignore("/sent_at", "/signature")),
-	)
+		idem.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		panic(err)
 	}
@@ -30,7 +27,10 @@ func ExampleWithJSONFingerprint() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, "payment %d\n", runs)
 	})
-	h := engine.Middleware()(mux)
+	h := engine.Middleware(
+		idem.WithKeyField("request_id"),
+		idem.WithJSONFingerprint(idem.Ignore("/sent_at", "/signature")),
+	)(mux)
 
 	for _, body := range []string{
 		`{"request_id":"pay-7","amount":12.50,"sent_at":"10:00:00","signature":"a1"}`,

@@ -2,7 +2,6 @@ package idem
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -64,9 +63,9 @@ func TestJSONFingerprintSameMeaning(t *testing.T) {
 		{"ignore a non-object", `[1]`, `[1]`, []JSONOption{Ignore("/a/b")}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, _ := newEngine(t, newTestStore(), WithJSONFingerprint(tc.opts...))
+			e, _ := newEngine(t, newTestStore())
 			runs := 0
-			h := e.Middleware()(jsonHandler(&runs))
+			h := e.Middleware(WithJSONFingerprint(tc.opts...))(jsonHandler(&runs))
 			if w := post(h, "/orders", "k1", tc.first); w.Code != 201 || w.Body.String() != tc.first {
 				t.Fatalf("first: %d %q", w.Code, w.Body)
 			}
@@ -85,9 +84,9 @@ func TestJSONFingerprintSameMeaning(t *testing.T) {
 }
 
 func TestJSONFingerprintKeepsMethodAndTarget(t *testing.T) {
-	e, _ := newEngine(t, newTestStore(), WithJSONFingerprint())
+	e, _ := newEngine(t, newTestStore())
 	runs := 0
-	h := e.Middleware()(jsonHandler(&runs))
+	h := e.Middleware(WithJSONFingerprint())(jsonHandler(&runs))
 	post(h, "/orders?x=1", "k", `{"a":1}`)
 	if w := post(h, "/orders?x=2", "k", `{"a":1}`); w.Code != 422 {
 		t.Errorf("another query: %d, want 422", w.Code)
@@ -120,9 +119,9 @@ func TestJSONFingerprintInvalidBody(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestStore()
-			e, ev := newEngine(t, s, WithJSONFingerprint())
+			e, ev := newEngine(t, s)
 			runs := 0
-			w := post(e.Middleware()(jsonHandler(&runs)), "/orders", "k", tc.body)
+			w := post(e.Middleware(WithJSONFingerprint())(jsonHandler(&runs)), "/orders", "k", tc.body)
 			if w.Code != 400 || problemType(t, w) != "invalid-json" || !strings.Contains(w.Body.String(), tc.detail) {
 				t.Errorf("%d %q, want 400 invalid-json saying %q", w.Code, w.Body, tc.detail)
 			}
@@ -140,23 +139,24 @@ func TestJSONOptionsRejected(t *testing.T) {
 	fp := func(*http.Request, []byte) string { return "x" }
 	for _, tc := range []struct {
 		name string
-		opts []Option
+		opts func() []HTTPOption
 		why  string
 	}{
-		{"no slash", []Option{WithJSONFingerprint(Ignore("a"))}, "start with '/'"},
-		{"empty pointer", []Option{WithJSONFingerprint(Only(""))}, "whole body"},
-		{"bad tilde", []Option{WithJSONFingerprint(Ignore("/a~2"))}, "~0"},
-		{"tilde at end", []Option{WithJSONFingerprint(Ignore("/a/b~"))}, "~0"},
-		{"no pointers", []Option{WithJSONFingerprint(Only())}, "no pointers"},
-		{"invalid UTF-8", []Option{WithJSONFingerprint(Ignore("/\xff"))}, "UTF-8"},
-		{"both fingerprints", []Option{WithFingerprint(fp), WithJSONFingerprint()}, "choose one"},
-		{"both fingerprints, reversed", []Option{WithJSONFingerprint(), WithFingerprint(fp)}, "choose one"},
-		{"empty key field", []Option{WithKeyField("")}, "key field"},
+		{"no slash", func() []HTTPOption { return []HTTPOption{WithJSONFingerprint(Ignore("a"))} }, "start with '/'"},
+		{"empty pointer", func() []HTTPOption { return []HTTPOption{WithJSONFingerprint(Only(""))} }, "whole body"},
+		{"bad tilde", func() []HTTPOption { return []HTTPOption{WithJSONFingerprint(Ignore("/a~2"))} }, "~0"},
+		{"tilde at end", func() []HTTPOption { return []HTTPOption{WithJSONFingerprint(Ignore("/a/b~"))} }, "~0"},
+		{"no pointers", func() []HTTPOption { return []HTTPOption{WithJSONFingerprint(Only())} }, "no pointers"},
+		{"invalid UTF-8", func() []HTTPOption { return []HTTPOption{WithJSONFingerprint(Ignore("/\xff"))} }, "UTF-8"},
+		{"both fingerprints", func() []HTTPOption { return []HTTPOption{WithFingerprint(fp), WithJSONFingerprint()} }, "choose one"},
+		{"both fingerprints, reversed", func() []HTTPOption { return []HTTPOption{WithJSONFingerprint(), WithFingerprint(fp)} }, "choose one"},
+		{"empty key field", func() []HTTPOption { return []HTTPOption{WithKeyField("")} }, "key field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(newTestStore(), tc.opts...)
-			if !errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), tc.why) {
-				t.Errorf("New: %v, want ErrBadOption saying %q", err, tc.why)
+			e, _ := newEngine(t, newTestStore())
+			err := badOptionPanic(t, func() { e.Policy(tc.opts()...) })
+			if !strings.Contains(fmt.Sprint(err), tc.why) {
+				t.Errorf("%v, want ErrBadOption saying %q", err, tc.why)
 			}
 		})
 	}
@@ -276,13 +276,13 @@ func TestKeyField(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestStore()
-			opts := []Option{WithKeyField("request_id")}
+			opts := []HTTPOption{WithKeyField("request_id")}
 			if tc.optional {
-				opts = append(opts, WithOptionalKey())
+				opts = append(opts, Optional())
 			}
-			e, _ := newEngine(t, s, opts...)
+			e, _ := newEngine(t, s)
 			runs := 0
-			h := e.Middleware()(jsonHandler(&runs))
+			h := e.Middleware(opts...)(jsonHandler(&runs))
 			w := post(h, "/orders", tc.header, tc.body)
 			if w.Code != tc.code || (tc.problem != "" && problemType(t, w) != tc.problem) || !strings.Contains(w.Body.String(), tc.detail) {
 				t.Fatalf("%d %q, want %d %s saying %q", w.Code, w.Body, tc.code, tc.problem, tc.detail)
@@ -309,9 +309,9 @@ func TestKeyField(t *testing.T) {
 // TestKeyFieldSameKeyAsHeader: a key sent in the body and then in the
 // header is one key.
 func TestKeyFieldSameKeyAsHeader(t *testing.T) {
-	e, _ := newEngine(t, newTestStore(), WithKeyField("request_id"), WithJSONFingerprint())
+	e, _ := newEngine(t, newTestStore())
 	runs := 0
-	h := e.Middleware()(jsonHandler(&runs))
+	h := e.Middleware(WithKeyField("request_id"), WithJSONFingerprint())(jsonHandler(&runs))
 	body := `{"request_id":"r-1","amount":5}`
 	if w := post(h, "/orders", "", body); w.Code != 201 {
 		t.Fatalf("first: %d %q", w.Code, w.Body)
@@ -330,10 +330,10 @@ func TestKeyFieldSameKeyAsHeader(t *testing.T) {
 // TestKeyFieldRouteOptions: Required and Optional route options decide
 // what a body without the field gets, as for a request without header.
 func TestKeyFieldRouteOptions(t *testing.T) {
-	e, _ := newEngine(t, newTestStore(), WithKeyField("request_id"), WithOptionalKey())
+	e, _ := newEngine(t, newTestStore())
 	runs := 0
-	required := e.Middleware(Required())(jsonHandler(&runs))
-	optional := e.Middleware()(jsonHandler(&runs))
+	required := e.Middleware(WithKeyField("request_id"), Optional(), Required())(jsonHandler(&runs))
+	optional := e.Middleware(WithKeyField("request_id"), Optional())(jsonHandler(&runs))
 	if w := post(required, "/a", "", `{}`); w.Code != 400 {
 		t.Errorf("Required route: %d, want 400", w.Code)
 	}
@@ -346,9 +346,9 @@ func TestKeyFieldRouteOptions(t *testing.T) {
 }
 
 func TestKeyFieldBodyCap(t *testing.T) {
-	e, _ := newEngine(t, newTestStore(), WithKeyField("request_id"), WithMaxRequestBody(16))
+	e, _ := newEngine(t, newTestStore())
 	runs := 0
-	w := post(e.Middleware()(jsonHandler(&runs)), "/a", "", `{"request_id":"r-1","pad":"......"}`)
+	w := post(e.Middleware(WithKeyField("request_id"), WithMaxRequestBody(16))(jsonHandler(&runs)), "/a", "", `{"request_id":"r-1","pad":"......"}`)
 	if w.Code != 413 || runs != 0 {
 		t.Errorf("%d, %d runs; want 413", w.Code, runs)
 	}
@@ -358,11 +358,11 @@ func TestKeyFieldBodyCap(t *testing.T) {
 // server: a retry whose JSON differs only in spelling and in an ignored
 // field replays; another amount is a 422.
 func TestJSONFingerprintOverHTTP(t *testing.T) {
-	e, _ := newEngine(t, newTestStore(), WithKeyField("request_id"), WithJSONFingerprint(Ignore("/sent_at")))
+	e, _ := newEngine(t, newTestStore())
 	runs := 0
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", jsonHandler(&runs))
-	srv := httptest.NewServer(e.Middleware()(mux))
+	srv := httptest.NewServer(e.Middleware(WithKeyField("request_id"), WithJSONFingerprint(Ignore("/sent_at")))(mux))
 	defer srv.Close()
 	send := func(key, body string) (*http.Response, string) {
 		t.Helper()
@@ -401,8 +401,8 @@ func TestJSONFingerprintOverHTTP(t *testing.T) {
 // TestJSONFingerprintConcurrent runs requests in parallel, so that -race
 // and the checks see parsers reused from the pool across requests.
 func TestJSONFingerprintConcurrent(t *testing.T) {
-	e, _ := newEngine(t, newTestStore(), WithKeyField("id"), WithJSONFingerprint(Ignore("/ts")))
-	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e, _ := newEngine(t, newTestStore())
+	h := e.Middleware(WithKeyField("id"), WithJSONFingerprint(Ignore("/ts")))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		_, _ = w.Write(b)
 	}))

@@ -6,7 +6,8 @@ import (
 )
 
 // Middleware returns net/http middleware that protects next with the
-// engine's policy and opts.
+// engine and opts: HTTPOptions such as WithKeyHeader or WithNamespace, and
+// RouteOptions such as Optional or ForRoute. It panics as Policy does.
 //
 // The route template that scopes keys is, in order: the RouteFunc option's
 // answer; when next is itself a *http.ServeMux, the pattern it would match
@@ -28,7 +29,7 @@ import (
 //	mux := http.NewServeMux()
 //	mux.Handle("POST /orders", createOrder)
 //	http.ListenAndServe(addr, engine.Middleware()(mux))
-func (e *Engine) Middleware(opts ...RouteOption) func(http.Handler) http.Handler {
+func (e *Engine) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler {
 	p := e.Policy(opts...)
 	return func(next http.Handler) http.Handler {
 		mux, _ := next.(*http.ServeMux)
@@ -36,13 +37,13 @@ func (e *Engine) Middleware(opts ...RouteOption) func(http.Handler) http.Handler
 			// Behind a ServeMux (r.Pattern set), the method the mux
 			// routed r by is the pattern's, whatever r.Method is now.
 			method, route := patternRoute(r.Method, r.Pattern)
-			if !e.Protects(method) {
+			if !p.Protects(method) {
 				next.ServeHTTP(w, r)
 				return
 			}
 			switch {
-			case p.routeFunc != nil:
-				route = p.routeFunc(r)
+			case p.h.routeFunc != nil:
+				route = p.h.routeFunc(r)
 			case mux != nil:
 				// The mux this middleware wraps knows the route; an outer
 				// mux's pattern (r.Pattern) would only name the mount.

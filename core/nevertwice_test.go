@@ -31,9 +31,9 @@ import (
 func TestEvictAfterExpiryKeepsTheRetrysClaim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newTestStore()
-		e, _ := newEngine(t, s, WithMaxResponseBody(4))
+		e, _ := newEngine(t, s)
 		release := make(chan struct{})
-		h := e.Middleware(TTL(time.Second))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := e.Middleware(WithMaxResponseBody(4), TTL(time.Second))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch r.Header.Get("X-Run") {
 			case "first":
 				w.Write([]byte("more than four bytes: the response streams"))
@@ -198,8 +198,8 @@ func TestHangUpDuringClaimIsNotAStoreFailure(t *testing.T) {
 // globally, and so is a Do call.
 func TestScopingDefaults(t *testing.T) {
 	t.Run("two hosts, scoped by host", func(t *testing.T) {
-		e, _ := newEngine(t, newTestStore(), WithNamespace(func(r *http.Request) string { return r.Host }))
-		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e, _ := newEngine(t, newTestStore())
+		h := e.Middleware(WithNamespace(func(r *http.Request) string { return r.Host }))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(201)
 			io.WriteString(w, "private to "+r.Host)
 		}))
@@ -230,10 +230,9 @@ func TestScopingDefaults(t *testing.T) {
 	})
 	t.Run("required namespace", func(t *testing.T) {
 		type userKey struct{}
-		e, ev := newEngine(t, newTestStore(), WithRequiredNamespace(),
-			WithNamespace(func(r *http.Request) string { u, _ := r.Context().Value(userKey{}).(string); return u }))
+		e, ev := newEngine(t, newTestStore(), WithRequiredNamespace())
 		runs := 0
-		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++; w.WriteHeader(201) }))
+		h := e.Middleware(WithNamespace(func(r *http.Request) string { u, _ := r.Context().Value(userKey{}).(string); return u }))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++; w.WriteHeader(201) }))
 		// idem mounted before the authentication middleware: no user yet.
 		if w := post(h, "/orders", "k", ""); w.Code != http.StatusForbidden || w.Header().Get("Content-Type") != "application/problem+json" {
 			t.Errorf("no namespace: %d %v, want a 403 problem", w.Code, w.Header())

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 )
 
@@ -36,19 +35,18 @@ const HeaderBodyOmitted = "Idempotent-Body-Omitted"
 // ErrBadOption is wrapped by every error New returns for a bad option.
 var ErrBadOption = errors.New("idem: bad option")
 
-// An Option configures an Engine. Options are applied in order; each
-// documents its default.
+// An Option configures an Engine: what every transport shares (the
+// store's lease, retention and timeouts, the heartbeat, waiting, the
+// observers, the clock, failing open, the keys' rules, sealing and the
+// replay cache). Options are applied in order; each documents its
+// default. What only HTTP requests have (the key header, the methods,
+// the bodies, the namespace and fingerprint functions, the release rule)
+// is an HTTPOption, given where the middleware is built.
 type Option func(*config) error
 
 type config struct {
-	keyHeader          string
-	replayHeader       string
-	methods            []string
-	keyOptional        bool
 	lease              time.Duration // 0 until resolved in New
 	retention          time.Duration
-	maxRequestBody     int64
-	maxResponseBody    int
 	storeTimeout       time.Duration
 	failOpen           bool
 	wait               time.Duration
@@ -59,21 +57,14 @@ type config struct {
 	completionRetry    time.Duration
 	completionRetrySet bool
 	maxPendingBytes    int64
-	problemBase        string
-	namespace          func(*http.Request) string
 	requireNamespace   bool
-	fingerprint        func(r *http.Request, body []byte) string
-	jsonFP             *jsonConfig // WithJSONFingerprint
-	keyField           string      // WithKeyField
-	ring               *keyRing    // WithEncryption
+	ring               *keyRing // WithEncryption
 	redact             func(context.Context, Response) Response
 	replayHook         func(context.Context, *Response, time.Time)
 	keyValidator       func(key string) error
-	globalKeys         bool            // WithGlobalKeys
-	replayAllow        map[string]bool // WithReplayedHeaders; nil: the denylist
-	cacheBytes         int64           // WithReplayCache
-	cacheTTL           time.Duration   // WithReplayCache
-	release            func(status int) bool
+	globalKeys         bool          // WithGlobalKeys
+	cacheBytes         int64         // WithReplayCache
+	cacheTTL           time.Duration // WithReplayCache
 	observer           Observer
 	storeObserver      StoreObserver
 	clock              func() time.Time
@@ -81,18 +72,11 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		keyHeader:       DefaultKeyHeader,
-		replayHeader:    DefaultReplayHeader,
-		methods:         []string{http.MethodPost, http.MethodPatch},
 		retention:       DefaultRetention,
 		retryAfter:      DefaultRetryAfter,
 		completionRetry: DefaultCompletionRetry,
 		maxPendingBytes: DefaultMaxPendingBytes,
-		maxRequestBody:  DefaultMaxRequestBody,
-		maxResponseBody: DefaultMaxResponseBody,
 		storeTimeout:    DefaultStoreTimeout,
-		problemBase:     DefaultProblemTypeBase,
-		release:         DefaultReleaseRule,
 		observer:        SlogObserver(nil),
 		clock:           time.Now,
 	}
@@ -278,6 +262,20 @@ func WithClock(now func() time.Time) Option {
 		c.clock = now
 		return nil
 	}
+}
+
+// WithRequiredNamespace refuses every protected request whose namespace
+// is empty instead of scoping its key globally: an HTTP request gets 403
+// (OutcomeNoNamespace, logged at warn level), a gRPC call
+// PermissionDenied, and Do and Start return ErrNamespaceRequired. Use it
+// in a multi-tenant service, so that a request that reaches idem without
+// an identity (idem mounted before the authentication middleware, or an
+// anonymous client) can never share a key, and a stored response, with
+// another client. On HTTP the namespace comes from WithNamespace (an
+// HTTPOption), on gRPC from its adapter's namespace option. Default: an
+// empty namespace is global.
+func WithRequiredNamespace() Option {
+	return func(c *config) error { c.requireNamespace = true; return nil }
 }
 
 // WithKeyValidator sets a check every key must pass besides the built-in

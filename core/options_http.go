@@ -7,160 +7,178 @@ import (
 
 // The options of the HTTP transport: the key header, the methods, the
 // bodies, the namespace and fingerprint functions, the release rule and
-// the headers and problems of the answers.
+// the headers and problems of the answers. Engine.Middleware,
+// Engine.Policy and every HTTP adapter take them beside the RouteOptions;
+// Do and gRPC never see them.
+
+// An HTTPOption configures the HTTP transport: Engine.Middleware,
+// Engine.Policy and the HTTP adapters take them, each for the routes it
+// protects. Every RouteOption is one. The With* constructors check their
+// arguments where they are called and panic with an error wrapping
+// ErrBadOption on a bad one: like a bad pattern given to http.ServeMux,
+// it is a mistake in the program, caught where the routes are declared.
+type HTTPOption interface{ applyHTTP(*Policy) }
+
+// httpConfig is the HTTP transport's side of a Policy, shared by the
+// policy and its ForRoute overrides.
+type httpConfig struct {
+	keyHeader       string
+	replayHeader    string
+	methods         []string
+	maxRequestBody  int64
+	maxResponseBody int
+	problemBase     string
+	namespace       func(*http.Request) string
+	fingerprint     func(r *http.Request, body []byte) string
+	jsonFP          *jsonConfig     // WithJSONFingerprint
+	keyField        string          // WithKeyField
+	replayAllow     map[string]bool // WithReplayedHeaders; nil: the denylist
+	release         func(status int) bool
+	routeFunc       func(*http.Request) string // RouteFunc
+}
+
+var defaultHTTP = httpConfig{
+	keyHeader:       DefaultKeyHeader,
+	replayHeader:    DefaultReplayHeader,
+	methods:         []string{http.MethodPost, http.MethodPatch},
+	maxRequestBody:  DefaultMaxRequestBody,
+	maxResponseBody: DefaultMaxResponseBody,
+	problemBase:     DefaultProblemTypeBase,
+	release:         DefaultReleaseRule,
+}
+
+type httpOption func(*httpConfig)
+
+func (o httpOption) applyHTTP(p *Policy) { o(p.h) }
+
+// mustHTTP returns set as an HTTPOption, or panics with the error of a
+// bad argument.
+func mustHTTP(err error, set func(*httpConfig)) HTTPOption {
+	if err != nil {
+		panic(err)
+	}
+	return httpOption(set)
+}
 
 // WithKeyHeader sets the request header that carries the key.
 // Default: Idempotency-Key.
-func WithKeyHeader(name string) Option {
-	return func(c *config) error {
-		if !validHeaderName(name) {
-			return badOption("key header %q is not a valid header name", name)
-		}
-		c.keyHeader = http.CanonicalHeaderKey(name)
-		return nil
+func WithKeyHeader(name string) HTTPOption {
+	var err error
+	if !validHeaderName(name) {
+		err = badOption("key header %q is not a valid header name", name)
 	}
+	name = http.CanonicalHeaderKey(name)
+	return mustHTTP(err, func(c *httpConfig) { c.keyHeader = name })
 }
 
 // WithReplayHeader sets the response header, with the value "true", that
 // marks a replayed response. Default: Idempotent-Replayed.
-func WithReplayHeader(name string) Option {
-	return func(c *config) error {
-		if !validHeaderName(name) {
-			return badOption("replay header %q is not a valid header name", name)
-		}
-		c.replayHeader = http.CanonicalHeaderKey(name)
-		return nil
+func WithReplayHeader(name string) HTTPOption {
+	var err error
+	if !validHeaderName(name) {
+		err = badOption("replay header %q is not a valid header name", name)
 	}
+	name = http.CanonicalHeaderKey(name)
+	return mustHTTP(err, func(c *httpConfig) { c.replayHeader = name })
 }
 
-// WithMethods sets the methods the engine protects. GET, HEAD, OPTIONS and
-// TRACE are safe methods and are never touched; naming one is an error.
-// Default: POST and PATCH.
-func WithMethods(methods ...string) Option {
-	return func(c *config) error {
-		if len(methods) == 0 {
-			return badOption("no methods")
-		}
-		ms := make([]string, 0, len(methods))
-		for _, m := range methods {
-			m = strings.ToUpper(m)
-			switch m {
-			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-				return badOption("%s is a safe method and is never protected", m)
-			case "":
-				return badOption("empty method")
-			}
-			ms = append(ms, m)
-		}
-		c.methods = ms
-		return nil
-	}
+// WithMethods sets the methods the middleware protects. GET, HEAD, OPTIONS
+// and TRACE are safe methods and are never touched; naming one is an
+// error. Default: POST and PATCH.
+func WithMethods(methods ...string) HTTPOption {
+	ms, err := checkMethods(methods)
+	return mustHTTP(err, func(c *httpConfig) { c.methods = ms })
 }
 
-// WithOptionalKey makes the key optional by default: a request without one
-// runs unprotected (OutcomeSkipped). A route can still require it with
-// [Required]. Default: a key is required (400 without one).
-func WithOptionalKey() Option {
-	return func(c *config) error { c.keyOptional = true; return nil }
+func checkMethods(methods []string) ([]string, error) {
+	if len(methods) == 0 {
+		return nil, badOption("no methods")
+	}
+	ms := make([]string, 0, len(methods))
+	for _, m := range methods {
+		m = strings.ToUpper(m)
+		switch m {
+		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+			return nil, badOption("%s is a safe method and is never protected", m)
+		case "":
+			return nil, badOption("empty method")
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
 }
 
-// WithMaxRequestBody sets the largest request body the engine reads, in
-// bytes; a larger body gets 413. Default: 1 MiB.
-func WithMaxRequestBody(n int64) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return badOption("max request body %d is not positive", n)
-		}
-		c.maxRequestBody = n
-		return nil
+// WithMaxRequestBody sets the largest request body the middleware reads,
+// in bytes; a larger body gets 413. Default: 1 MiB.
+func WithMaxRequestBody(n int64) HTTPOption {
+	var err error
+	if n <= 0 {
+		err = badOption("max request body %d is not positive", n)
 	}
+	return mustHTTP(err, func(c *httpConfig) { c.maxRequestBody = n })
 }
 
-// WithMaxResponseBody sets the largest response body the engine stores, in
-// bytes. A larger response is streamed to the client and stored as its
-// status and headers with the body omitted; 0 stores no body at all.
-// Default: 1 MiB.
-func WithMaxResponseBody(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return badOption("max response body %d is negative", n)
-		}
-		c.maxResponseBody = n
-		return nil
+// WithMaxResponseBody sets the largest response body the middleware
+// stores, in bytes. A larger response is streamed to the client and
+// stored as its status and headers with the body omitted; 0 stores no
+// body at all. Default: 1 MiB.
+func WithMaxResponseBody(n int) HTTPOption {
+	var err error
+	if n < 0 {
+		err = badOption("max response body %d is negative", n)
 	}
+	return mustHTTP(err, func(c *httpConfig) { c.maxResponseBody = n })
 }
 
 // WithProblemTypeBase sets the prefix of the "type" URI in problem
 // responses; the problem's name (such as "conflict") is appended.
 // Default: DefaultProblemTypeBase.
-func WithProblemTypeBase(base string) Option {
-	return func(c *config) error {
-		if base == "" {
-			return badOption("empty problem type base")
-		}
-		c.problemBase = base
-		return nil
+func WithProblemTypeBase(base string) HTTPOption {
+	var err error
+	if base == "" {
+		err = badOption("empty problem type base")
 	}
+	return mustHTTP(err, func(c *httpConfig) { c.problemBase = base })
 }
 
 // WithNamespace sets the function that names the client a request comes
 // from (a principal, tenant or API key). Keys are scoped by it, so two
-// clients never share a key. An empty namespace is global. Default: global
-// for every request.
-func WithNamespace(fn func(*http.Request) string) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return badOption("nil namespace function")
-		}
-		c.namespace = fn
-		return nil
+// clients never share a key. An empty namespace is global (or refused,
+// with the engine's WithRequiredNamespace). Default: global for every
+// request.
+func WithNamespace(fn func(*http.Request) string) HTTPOption {
+	var err error
+	if fn == nil {
+		err = badOption("nil namespace function")
 	}
-}
-
-// WithRequiredNamespace refuses every protected request whose namespace
-// is empty instead of scoping its key globally: an HTTP request gets 403
-// (OutcomeNoNamespace, logged at warn level), Do returns
-// ErrNamespaceRequired. Use it in a multi-tenant service, so that a
-// request that reaches idem without an identity (idem mounted before the
-// authentication middleware, or an anonymous client) can never share a
-// key, and a stored response, with another client. HTTP needs
-// WithNamespace. Default: an empty namespace is global.
-func WithRequiredNamespace() Option {
-	return func(c *config) error { c.requireNamespace = true; return nil }
+	return mustHTTP(err, func(c *httpConfig) { c.namespace = fn })
 }
 
 // WithFingerprint replaces the request fingerprint. fn gets the request and
-// its body (already read; r.Body must not be read). New refuses it
+// its body (already read; r.Body must not be read). A policy refuses it
 // together with WithJSONFingerprint. Default: [Fingerprint]
 // of the method, r.URL.RequestURI() and the body. The host is not part of
 // it: a retry may reach the service by another address (another instance,
 // a client-side load balancer). A service that serves different clients
 // by host scopes keys by it with WithNamespace.
-func WithFingerprint(fn func(r *http.Request, body []byte) string) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return badOption("nil fingerprint function")
-		}
-		if c.jsonFP != nil {
-			return badOption("WithFingerprint and WithJSONFingerprint both given; choose one")
-		}
-		c.fingerprint = fn
-		return nil
+func WithFingerprint(fn func(r *http.Request, body []byte) string) HTTPOption {
+	var err error
+	if fn == nil {
+		err = badOption("nil fingerprint function")
 	}
+	return mustHTTP(err, func(c *httpConfig) { c.fingerprint = fn })
 }
 
 // WithReleaseRule replaces the rule that decides, from the handler's status
 // code, whether the key is released (the response is not stored, a retry
 // runs again) rather than stored. Panics and hijacked connections always
 // release. Default: [DefaultReleaseRule].
-func WithReleaseRule(fn func(status int) bool) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return badOption("nil release rule")
-		}
-		c.release = fn
-		return nil
+func WithReleaseRule(fn func(status int) bool) HTTPOption {
+	var err error
+	if fn == nil {
+		err = badOption("nil release rule")
 	}
+	return mustHTTP(err, func(c *httpConfig) { c.release = fn })
 }
 
 // DefaultReleaseRule releases the key on 5xx and 429, the answers a client
@@ -185,18 +203,28 @@ func validHeaderName(s string) bool {
 // WithReplayedHeaders turns the stored headers into an allowlist: only
 // Content-Type, Content-Encoding, Location, ETag, Cache-Control and the
 // names given are stored and replayed (the hop-by-hop, Set-Cookie and
-// Date rules still apply). Default: every header but those the engine
+// Date rules still apply). Default: every header but those the middleware
 // never stores (see Response).
-func WithReplayedHeaders(names ...string) Option {
-	return func(c *config) error {
-		allow := map[string]bool{"Content-Type": true, "Content-Encoding": true, "Location": true, "Etag": true, "Cache-Control": true}
-		for _, n := range names {
-			if !validHeaderName(n) {
-				return badOption("replayed header %q is not a valid header name", n)
-			}
-			allow[http.CanonicalHeaderKey(n)] = true
+func WithReplayedHeaders(names ...string) HTTPOption {
+	allow := map[string]bool{"Content-Type": true, "Content-Encoding": true, "Location": true, "Etag": true, "Cache-Control": true}
+	var err error
+	for _, n := range names {
+		if !validHeaderName(n) {
+			err = badOption("replayed header %q is not a valid header name", n)
+			break
 		}
-		c.replayAllow = allow
-		return nil
+		allow[http.CanonicalHeaderKey(n)] = true
 	}
+	return mustHTTP(err, func(c *httpConfig) { c.replayAllow = allow })
+}
+
+// RouteFunc sets how the net/http middleware names the route template of a
+// request, overriding the ServeMux pattern. It has no effect on adapters,
+// which know their router's template.
+func RouteFunc(fn func(*http.Request) string) HTTPOption {
+	var err error
+	if fn == nil {
+		err = badOption("nil route function")
+	}
+	return mustHTTP(err, func(c *httpConfig) { c.routeFunc = fn })
 }

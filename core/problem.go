@@ -55,8 +55,8 @@ type problemKind struct {
 
 // writeProblem answers with an application/problem+json body. retryAfter,
 // when positive, is sent as Retry-After in seconds.
-func (e *Engine) writeProblem(w http.ResponseWriter, k problemKind, detail string, retryAfter int) {
-	body, _ := json.Marshal(problem{Type: e.cfg.problemBase + k.name, Title: k.title, Status: k.status, Detail: detail})
+func writeProblem(w http.ResponseWriter, base string, k problemKind, detail string, retryAfter int) {
+	body, _ := json.Marshal(problem{Type: base + k.name, Title: k.title, Status: k.status, Detail: detail})
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
@@ -71,7 +71,7 @@ func (e *Engine) writeProblem(w http.ResponseWriter, k problemKind, detail strin
 // Problem is an RFC 9457 problem details answer, as the net/http
 // middleware sends them, for transports that write their own responses.
 type Problem struct {
-	Type   string // the engine's problem type base (WithProblemTypeBase) and the problem's name
+	Type   string // the policy's problem type base (WithProblemTypeBase) and the problem's name
 	Title  string
 	Status int
 	Detail string
@@ -87,10 +87,10 @@ func (p Problem) JSON() []byte {
 	return body
 }
 
-// ProblemType returns the type of the problem named name, as the engine
+// ProblemType returns the type of the problem named name, as the policy
 // writes them (WithProblemTypeBase and the name), for an adapter's own
 // answers: "body-too-large", "body-unreadable", or a name of its own.
-func (e *Engine) ProblemType(name string) string { return e.cfg.problemBase + name }
+func (p *Policy) ProblemType(name string) string { return p.h.problemBase + name }
 
 // Problem returns the HTTP answer to an error from Start or Finish (or
 // Do): 400 for ErrMissingKey and ErrInvalidKey, 403 for
@@ -99,7 +99,7 @@ func (e *Engine) ProblemType(name string) string { return e.cfg.problemBase + na
 // for a canceled context, 400 for ErrInvalidJSON, 406 for ErrNotAcceptable
 // and 500 for ErrUndecryptable. ok is false for any
 // other error, which is the transport's own.
-func (e *Engine) Problem(err error) (p Problem, ok bool) {
+func (p *Policy) Problem(err error) (Problem, bool) {
 	var k problemKind
 	var detail string
 	retry := 0
@@ -109,7 +109,7 @@ func (e *Engine) Problem(err error) (p Problem, ok bool) {
 	}
 	switch {
 	case errors.Is(err, ErrMissingKey):
-		k, detail = problemMissingKey, "Send an "+e.cfg.keyHeader+" header with a unique key, such as a UUID."
+		k, detail = problemMissingKey, "Send an "+p.h.keyHeader+" header with a unique key, such as a UUID."
 	case errors.Is(err, ErrInvalidKey):
 		k, detail = problemInvalidKey, sentence(strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": "))
 	case errors.Is(err, ErrNamespaceRequired):
@@ -133,5 +133,5 @@ func (e *Engine) Problem(err error) (p Problem, ok bool) {
 	default:
 		return Problem{}, false
 	}
-	return Problem{Type: e.cfg.problemBase + k.name, Title: k.title, Status: k.status, Detail: detail, RetryAfter: retry}, true
+	return Problem{Type: p.h.problemBase + k.name, Title: k.title, Status: k.status, Detail: detail, RetryAfter: retry}, true
 }

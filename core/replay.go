@@ -10,8 +10,8 @@ import (
 // This file is what a stored HTTP response looks like on the way in
 // (storedHeader: which headers are kept) and on the way out (replay).
 
-// replay writes a stored response.
-func (e *Engine) replay(w http.ResponseWriter, resp *Response) {
+// replayHTTP writes a stored response, marked with the replay header.
+func replayHTTP(w http.ResponseWriter, resp *Response, marker string) {
 	// The stored values are copied into one new backing array (the store
 	// may share them between replays; code after us may edit in place).
 	n := 3
@@ -25,9 +25,9 @@ func (e *Engine) replay(w http.ResponseWriter, resp *Response) {
 		h[k] = vals[len(vals)-len(v) : len(vals) : len(vals)]
 	}
 	vals = append(vals, "true")
-	h[e.cfg.replayHeader] = vals[len(vals)-1 : len(vals) : len(vals)]
+	h[marker] = vals[len(vals)-1 : len(vals) : len(vals)]
 	if resp.BodyOmitted {
-		h[HeaderBodyOmitted] = h[e.cfg.replayHeader][:1:1]
+		h[HeaderBodyOmitted] = h[marker][:1:1]
 	}
 	if bodyAllowed(resp.Status) {
 		vals = append(vals, strconv.Itoa(len(resp.Body)))
@@ -132,12 +132,12 @@ func (r Response) WithoutBody() Response {
 // marker (WithReplayHeader) set to "true", Idempotent-Body-Omitted when
 // the body was not kept, and Content-Length when the status has a body.
 // The result is a new map; resp is not changed.
-func (e *Engine) ReplayHeader(resp *Response) http.Header {
+func (p *Policy) ReplayHeader(resp *Response) http.Header {
 	h := make(http.Header, len(resp.Header)+3)
 	for k, v := range resp.Header {
 		h[k] = slices.Clone(v)
 	}
-	h.Set(e.cfg.replayHeader, "true")
+	h.Set(p.h.replayHeader, "true")
 	if resp.BodyOmitted {
 		h.Set(HeaderBodyOmitted, "true")
 	}

@@ -27,8 +27,8 @@ func TestOuterHeadersAreNotReplayed(t *testing.T) {
 }
 
 func TestBodyOmittedDropsRepresentationHeaders(t *testing.T) {
-	e, _ := newEngine(t, newTestStore(), WithMaxResponseBody(4))
-	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e, _ := newEngine(t, newTestStore())
+	h := e.Middleware(WithMaxResponseBody(4))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Encoding", "gzip")
 		w.Header().Set("Content-Type", "text/plain")
 		w.Write([]byte("more than four bytes"))

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -18,11 +17,11 @@ type RouteRule struct {
 // a route the router does not have is a typo that leaves the real route
 // on the default policy. ForRoute rules nested in ForRoute are not
 // listed (they never apply).
-func RouteRules(opts ...RouteOption) []RouteRule {
-	var p Policy
+func RouteRules(opts ...HTTPOption) []RouteRule {
+	p := Policy{h: &httpConfig{}}
 	for _, o := range opts {
 		if o != nil {
-			o(&p)
+			o.applyHTTP(&p)
 		}
 	}
 	rules := make([]RouteRule, 0, len(p.overrides))
@@ -41,7 +40,7 @@ func RouteRules(opts ...RouteOption) []RouteRule {
 // CheckRoutes reports, as an error wrapping ErrBadOption, the ForRoute
 // rules in opts that name none of routes: the routes a router has, which
 // each adapter's CheckRoutes lists.
-func CheckRoutes(routes []RouteRule, opts ...RouteOption) error {
+func CheckRoutes(routes []RouteRule, opts ...HTTPOption) error {
 	have := make(map[RouteRule]bool, len(routes))
 	for _, r := range routes {
 		have[RouteRule{strings.ToUpper(r.Method), r.Route}] = true
@@ -58,9 +57,17 @@ func CheckRoutes(routes []RouteRule, opts ...RouteOption) error {
 	return nil
 }
 
-// A RouteOption overrides the engine's policy for the routes one middleware
-// protects.
+// A RouteOption sets what a policy decides for the routes or methods one
+// middleware or interceptor protects: whether a key is required, whether
+// they are protected at all, and how long their results are kept. HTTP
+// and gRPC take them; ForRoute applies them to one route.
 type RouteOption func(*Policy)
+
+func (o RouteOption) applyHTTP(p *Policy) {
+	if o != nil {
+		o(p)
+	}
+}
 
 // Required makes the key required on these routes (400 without one).
 func Required() RouteOption { return func(p *Policy) { p.required = true } }
@@ -112,10 +119,3 @@ func ForRoute(method, route string, opts ...RouteOption) RouteOption {
 }
 
 type routeKey struct{ method, route string }
-
-// RouteFunc sets how the net/http middleware names the route template of a
-// request, overriding the ServeMux pattern. It has no effect on adapters,
-// which know their router's template.
-func RouteFunc(fn func(*http.Request) string) RouteOption {
-	return func(p *Policy) { p.routeFunc = fn }
-}

@@ -168,7 +168,7 @@ func TestEncryptionRotationAndFailures(t *testing.T) {
 		if !errors.Is(err, ErrUndecryptable) {
 			t.Fatalf("Do on an altered record: %v, want ErrUndecryptable", err)
 		}
-		if p, _ := e.Problem(err); p.Status != 500 || !strings.HasSuffix(p.Type, "record-unreadable") {
+		if p, _ := e.Policy().Problem(err); p.Status != 500 || !strings.HasSuffix(p.Type, "record-unreadable") {
 			t.Errorf("Problem %+v", p)
 		}
 		w := post(e.Middleware()(paymentHandler(&runs)), "/pay", "k", "a")
@@ -244,8 +244,8 @@ func TestEncryptionKeepsPlainRecordsAndOmittedBodies(t *testing.T) {
 	plain, _ := newEngine(t, s)
 	runs := 0
 	post(plain.Middleware()(paymentHandler(&runs)), "/pay", "old", "a")
-	e, _ := newEngine(t, s, WithEncryption(testKey("k1", 1)), WithMaxResponseBody(8))
-	h := e.Middleware()(paymentHandler(&runs))
+	e, _ := newEngine(t, s, WithEncryption(testKey("k1", 1)))
+	h := e.Middleware(WithMaxResponseBody(8))(paymentHandler(&runs))
 	// A record stored before encryption was on keeps replaying.
 	if w := post(h, "/pay", "old", "a"); w.Code != 201 || w.Body.String() != secretBody || runs != 1 {
 		t.Errorf("a plain record under a ring: %d %q, runs %d", w.Code, w.Body, runs)

@@ -34,7 +34,7 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 		}
 	}
 	e := p.e
-	if !e.Protects(r.Method) || nested(w) {
+	if !p.Protects(r.Method) || nested(w) {
 		// A nested middleware (mounted globally and again on the route)
 		// must not claim the key the outer one holds: the outer policy
 		// applies.
@@ -61,16 +61,16 @@ func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 // (a problem, or the handler run unprotected for an optional key).
 func (x *exchange) admit(route string) bool {
 	p, f, r := x.p, &x.f, x.r
-	e := p.e
-	key, err := ParseKey(r.Header[e.cfg.keyHeader])
-	fromBody := e.bodyKey(err) // WithKeyField: the key is in the body
+	e, h := p.e, p.h
+	key, err := ParseKey(r.Header[h.keyHeader])
+	fromBody := h.bodyKey(err) // WithKeyField: the key is in the body
 	switch {
 	case fromBody:
 	case errors.Is(err, ErrMissingKey) && !p.required:
 		x.skip()
 		return false
 	case errors.Is(err, ErrMissingKey):
-		x.fail(OutcomeMissingKey, problemMissingKey, "Send an "+e.cfg.keyHeader+" header with a unique key, such as a UUID.")
+		x.fail(OutcomeMissingKey, problemMissingKey, "Send an "+h.keyHeader+" header with a unique key, such as a UUID.")
 		return false
 	case err != nil:
 		x.fail(OutcomeInvalidKey, problemInvalidKey, sentence(strings.TrimPrefix(err.Error(), ErrInvalidKey.Error()+": ")))
@@ -104,10 +104,10 @@ func (x *exchange) admit(route string) bool {
 // namespace, 400 for a body that is not JSON with WithJSONFingerprint).
 func (x *exchange) identify(route string, body []byte, doc *jsonDoc) bool {
 	p, f, r := x.p, &x.f, x.r
-	e := p.e
+	e, h := p.e, p.h
 	ns := ""
-	if e.cfg.namespace != nil {
-		ns = e.cfg.namespace(r)
+	if h.namespace != nil {
+		ns = h.namespace(r)
 	}
 	if ns == "" && e.cfg.requireNamespace {
 		x.fail(OutcomeNoNamespace, problemNoNamespace, detailNoNamespace)
@@ -118,9 +118,9 @@ func (x *exchange) identify(route string, body []byte, doc *jsonDoc) bool {
 		f.scope = Scope(ns, "", "") // another route or method: another fingerprint, 422
 	}
 	switch {
-	case e.cfg.fingerprint != nil:
-		f.fp = e.cfg.fingerprint(r, body)
-	case e.cfg.jsonFP != nil:
+	case h.fingerprint != nil:
+		f.fp = h.fingerprint(r, body)
+	case h.jsonFP != nil:
 		var ok bool
 		if f.fp, ok = x.jsonFingerprint(body, doc); !ok {
 			return false // answered 400
@@ -139,7 +139,7 @@ func (x *exchange) identify(route string, body []byte, doc *jsonDoc) bool {
 // answer runs the handler under the claim, or answers from what acquire
 // found instead.
 func (x *exchange) answer(o outcome) {
-	f, r, e := &x.f, x.r, x.p.e
+	f, r := &x.f, x.r
 	switch o.verdict {
 	case acquired:
 		x.execute()
@@ -152,7 +152,7 @@ func (x *exchange) answer(o outcome) {
 			return
 		}
 		f.ev.Status = resp.Status
-		e.replay(x.w, resp)
+		replayHTTP(x.w, resp, x.p.h.replayHeader)
 	case mismatch:
 		x.problem(problemMismatch, detailMismatch, 0)
 	case inFlight:
@@ -194,7 +194,7 @@ func (x *exchange) fail(o Outcome, k problemKind, detail string) {
 // problem answers with a problem of kind k; retryAfter, when positive, is
 // its Retry-After in seconds.
 func (x *exchange) problem(k problemKind, detail string, retryAfter int) {
-	x.p.e.writeProblem(x.w, k, detail, retryAfter)
+	writeProblem(x.w, x.p.h.problemBase, k, detail, retryAfter)
 	x.f.ev.Status = k.status
 }
 
@@ -229,7 +229,7 @@ func (x *exchange) execute() {
 	f.to(running, nil)
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
-	x.cw = capture{w: x.w, max: e.cfg.maxResponseBody, buf: buf, x: x}
+	x.cw = capture{w: x.w, max: x.p.h.maxResponseBody, buf: buf, x: x}
 	x.run()
 	if buf.Cap() <= 64<<10 {
 		bufPool.Put(buf)
@@ -278,14 +278,14 @@ func (x *exchange) run() {
 // when a failed transaction commit was answered with 503 instead of the
 // response.
 func (x *exchange) settle(next state) bool {
-	e, f, c := x.p.e, &x.f, &x.cw
+	h, f, c := x.p.h, &x.f, &x.cw
 	f.ev.Status = c.status
 	// Statuses outside MinStatus..MaxStatus (a 101 without a hijack, a
 	// 7xx) cannot be replayed: never stored.
 	var resp *Response
-	if c.status >= MinStatus && c.status <= MaxStatus && !e.cfg.release(c.status) {
+	if c.status >= MinStatus && c.status <= MaxStatus && !h.release(c.status) {
 		omitted := next == streaming
-		resp = &Response{Status: c.status, Header: storedHeader(c.header, x.w.Header(), e.cfg.replayHeader, omitted, e.cfg.replayAllow)}
+		resp = &Response{Status: c.status, Header: storedHeader(c.header, x.w.Header(), h.replayHeader, omitted, h.replayAllow)}
 		if omitted {
 			resp.BodyOmitted = true
 		} else {
@@ -293,7 +293,7 @@ func (x *exchange) settle(next state) bool {
 		}
 	}
 	if !f.to(next, resp) {
-		x.problem(problemCommit, detailCommit, seconds(e.retryAfter(0)))
+		x.problem(problemCommit, detailCommit, seconds(x.p.e.retryAfter(0)))
 		return false
 	}
 	return true
