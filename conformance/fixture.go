@@ -32,10 +32,14 @@ import (
 //   - POST /reset: 204, the counter back to 0; not behind the middleware
 type Fixture struct {
 	count atomic.Int64
+	http  []idem.HTTPOption
 }
 
-// NewFixture returns a fixture whose counter is 0.
-func NewFixture() *Fixture { return &Fixture{} }
+// NewFixture returns a fixture whose counter is 0. opts are the HTTP
+// options every protected route gets, before its own (Route.Options,
+// GlobalOptions): RunHTTP's scenarios set the key header, the body caps
+// and the namespace function with them.
+func NewFixture(opts ...idem.HTTPOption) *Fixture { return &Fixture{http: opts} }
 
 // Count returns how many times a counted handler ran.
 func (f *Fixture) Count() int64 { return f.count.Load() }
@@ -50,9 +54,10 @@ type Route struct {
 	// Protected reports whether the route sits behind the idempotency
 	// middleware (all but POST /reset).
 	Protected bool
-	// Options are the per-route options to give where the route is
-	// declared (idem.Optional() on POST /optional).
-	Options []idem.RouteOption
+	// Options are the options to give the middleware where the route is
+	// declared: the fixture's HTTP options, then the route's own
+	// (idem.Optional() on POST /optional).
+	Options []idem.HTTPOption
 	// Handler serves the route. param returns a path parameter by name
 	// (r.PathValue, chi.URLParam, c.Param).
 	Handler func(w http.ResponseWriter, r *http.Request, param func(string) string)
@@ -70,13 +75,19 @@ func (rt Route) ColonPath() string {
 }
 
 // GlobalOptions are the options for middleware mounted once at the top of
-// a router: they make POST /optional optional and leave POST /reset
-// untouched, as the per-route Options and Protected fields do.
-func GlobalOptions() []idem.RouteOption {
-	return []idem.RouteOption{
+// a router: the fixture's HTTP options, and rules that make POST
+// /optional optional and leave POST /reset untouched, as the per-route
+// Options and Protected fields do.
+func (f *Fixture) GlobalOptions() []idem.HTTPOption {
+	return append(f.with(), // a copy: the caller may append
 		idem.ForRoute(http.MethodPost, "/optional", idem.Optional()),
 		idem.ForRoute(http.MethodPost, "/reset", idem.Skip()),
-	}
+	)
+}
+
+// with returns a copy of the fixture's HTTP options followed by opts.
+func (f *Fixture) with(opts ...idem.HTTPOption) []idem.HTTPOption {
+	return append(append(make([]idem.HTTPOption, 0, len(f.http)+len(opts)+2), f.http...), opts...)
 }
 
 // Namespace is the fixture's namespace function: the name in
@@ -97,7 +108,7 @@ func (f *Fixture) Routes() []Route {
 			h(w, r, param)
 		}
 	}
-	return []Route{
+	routes := []Route{
 		{Method: http.MethodPost, Path: "/echo", Protected: true, Handler: counted(echo(http.StatusCreated))},
 		{Method: http.MethodPatch, Path: "/echo", Protected: true, Handler: counted(echo(http.StatusOK))},
 		{Method: http.MethodPost, Path: "/status/{code}", Protected: true, Handler: counted(status)},
@@ -105,7 +116,7 @@ func (f *Fixture) Routes() []Route {
 		{Method: http.MethodPost, Path: "/large", Protected: true, Handler: counted(large)},
 		{Method: http.MethodPost, Path: "/items/{id}", Protected: true, Handler: counted(item)},
 		{Method: http.MethodPost, Path: "/cookie", Protected: true, Handler: counted(cookie)},
-		{Method: http.MethodPost, Path: "/optional", Protected: true, Options: []idem.RouteOption{idem.Optional()}, Handler: counted(text(http.StatusCreated, "optional"))},
+		{Method: http.MethodPost, Path: "/optional", Protected: true, Options: []idem.HTTPOption{idem.Optional()}, Handler: counted(text(http.StatusCreated, "optional"))},
 		{Method: http.MethodPost, Path: "/panic", Protected: true, Handler: counted(func(http.ResponseWriter, *http.Request, func(string) string) {
 			panic("conformance: the /panic route panics")
 		})},
@@ -118,12 +129,18 @@ func (f *Fixture) Routes() []Route {
 			w.WriteHeader(http.StatusNoContent)
 		}},
 	}
+	for i := range routes {
+		if routes[i].Protected {
+			routes[i].Options = f.with(routes[i].Options...)
+		}
+	}
+	return routes
 }
 
 // ServeMux returns a ServeMux with every route mounted, the protected
 // ones behind mw (built per route with the route's Options), and panics
 // answered with 500 by Recoverer.
-func (f *Fixture) ServeMux(mw func(opts ...idem.RouteOption) func(http.Handler) http.Handler) http.Handler {
+func (f *Fixture) ServeMux(mw func(opts ...idem.HTTPOption) func(http.Handler) http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range f.Routes() {
 		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -28,12 +28,12 @@ type Harness struct {
 	NewStore func(t *testing.T) store.Store
 	// Handler mounts every route of f.Routes() on the router under test,
 	// the protected ones behind the idempotency middleware built from e
-	// (with each route's Options, or once at the top with GlobalOptions),
+	// (with each route's Options, or once at the top with f.GlobalOptions()),
 	// the framework's panic recovery outermost, and returns the router.
 	Handler func(t *testing.T, e *idem.Engine, f *Fixture) http.Handler
-	// OwnNamespace, when set, builds each scenario's engine without
-	// idem.WithNamespace(Namespace), for adapters that refuse engine
-	// options that need a *http.Request (idemfiber): Handler then scopes
+	// OwnNamespace, when set, leaves idem.WithNamespace(Namespace) out of
+	// the fixture's HTTP options, for adapters that refuse options that
+	// need a *http.Request (idemfiber): Handler then scopes
 	// keys by the same namespace with the adapter's own option, the
 	// BearerName of the Authorization header.
 	OwnNamespace bool
@@ -66,6 +66,7 @@ func RunHTTP(t *testing.T, h Harness) {
 type scenario struct {
 	name  string
 	opts  func(v *env) []idem.Option
+	http  []idem.HTTPOption // the middleware's, before the fixture's routes' own
 	fails bool // the engine gets a store wrapper that can be made to fail
 	run   func(t *testing.T, v *env)
 }
@@ -82,13 +83,14 @@ type env struct {
 }
 
 func newEnv(t *testing.T, h Harness, sc scenario) *env {
-	v := &env{t: t, f: NewFixture(), clock: &manualClock{now: time.Now().Truncate(time.Millisecond)}}
+	var httpOpts []idem.HTTPOption
+	if !h.OwnNamespace {
+		httpOpts = append(httpOpts, idem.WithNamespace(Namespace))
+	}
+	v := &env{t: t, f: NewFixture(append(httpOpts, sc.http...)...), clock: &manualClock{now: time.Now().Truncate(time.Millisecond)}}
 	v.store = h.NewStore(t)
 	v.fail = &failingStore{Store: v.store}
 	all := []idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler))}
-	if !h.OwnNamespace {
-		all = append(all, idem.WithNamespace(Namespace))
-	}
 	if sc.opts != nil {
 		all = append(all, sc.opts(v)...)
 	}
@@ -362,8 +364,8 @@ var httpScenarios = []scenario{
 	{name: "wait mode gives up with 409", opts: withOpts(idem.WithWait(50 * time.Millisecond)), run: testWaitGivesUp},
 	{name: "concurrent duplicates run the handler once", run: testConcurrentDuplicates},
 	{name: "an instant retry is replayed, never 409", run: testInstantRetry},
-	{name: "request body over the cap is 413", opts: withOpts(idem.WithMaxRequestBody(1024)), run: testRequestCap},
-	{name: "response over the cap is sent in full and replayed without its body", opts: withOpts(idem.WithMaxResponseBody(1024)), run: testResponseCap},
+	{name: "request body over the cap is 413", http: []idem.HTTPOption{idem.WithMaxRequestBody(1024)}, run: testRequestCap},
+	{name: "response over the cap is sent in full and replayed without its body", http: []idem.HTTPOption{idem.WithMaxResponseBody(1024)}, run: testResponseCap},
 	{name: "store failure fails closed with 503", fails: true, run: testFailClosed},
 	{name: "a completion the store missed lands once it is back, and the retry replays", fails: true, run: testLateCompletion},
 	{name: "store failure with fail open runs unprotected", fails: true, opts: withOpts(idem.WithFailOpen()), run: testFailOpen},
@@ -374,8 +376,8 @@ var httpScenarios = []scenario{
 		return []idem.Option{idem.WithClock(v.clock.Now), idem.WithLease(time.Minute)}
 	}, run: testAbandonedClaim},
 	{name: "admin handler inspects a running claim and evicts it", run: testAdminHandler},
-	{name: "problem type URL is configurable", opts: withOpts(idem.WithProblemTypeBase("https://example.com/problems/")), run: testProblemTypeBase},
-	{name: "replay header name is configurable", opts: withOpts(idem.WithReplayHeader("X-Replayed")), run: testReplayHeader},
+	{name: "problem type URL is configurable", http: []idem.HTTPOption{idem.WithProblemTypeBase("https://example.com/problems/")}, run: testProblemTypeBase},
+	{name: "replay header name is configurable", http: []idem.HTTPOption{idem.WithReplayHeader("X-Replayed")}, run: testReplayHeader},
 }
 
 func mustAtoi(s string) int {

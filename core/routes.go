@@ -70,10 +70,14 @@ func (o RouteOption) applyHTTP(p *Policy) {
 }
 
 // Required makes the key required on these routes (400 without one).
+// It is the default; inside ForRoute it overrides an Optional given to
+// the whole middleware.
 func Required() RouteOption { return func(p *Policy) { p.required = true } }
 
 // Optional makes the key optional on these routes: a request without one
-// runs unprotected.
+// runs unprotected (OutcomeSkipped). Given to the middleware itself it
+// applies to every route it protects, and ForRoute can require the key
+// on some.
 func Optional() RouteOption { return func(p *Policy) { p.required = false } }
 
 // TTL sets the retention of responses stored on these routes, from one
