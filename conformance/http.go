@@ -67,7 +67,7 @@ type scenario struct {
 	name  string
 	opts  func(v *env) []idem.Option
 	http  []idem.HTTPOption // the middleware's, before the fixture's routes' own
-	fails bool // the engine gets a store wrapper that can be made to fail
+	fails bool              // the engine gets a store wrapper that can be made to fail
 	run   func(t *testing.T, v *env)
 }
 

@@ -19,10 +19,12 @@
 // (required, optional, skip, retention) where it is mounted:
 //
 //	engine, err := idem.New(store, idem.WithWait(5*time.Second))
-//	h := engine.Middleware(idem.WithNamespace(tenant), idem.ForRoute("POST", "/search", idem.Optional()))(mux) [Engine.Do] runs any other operation (a message
-// to consume, a job) through the same lifecycle: claim the key, check the
-// fingerprint, answer a conflict or wait, keep the claim alive while the
-// work runs, then complete or release, and replay to retries.
+//	h := engine.Middleware(idem.WithNamespace(tenant), idem.ForRoute("POST", "/search", idem.Optional()))(mux)
+//
+// [Engine.Do] runs any other operation (a message to consume, a job)
+// through the same lifecycle: claim the key, check the fingerprint, answer
+// a conflict or wait, keep the claim alive while the work runs, then
+// complete or release, and replay to retries.
 // [Engine.Start] gives a transport that lifecycle without a closure, with
 // [Call.Finish] or [Call.Release] to end it: the Fiber adapter and the
 // gRPC server interceptor are written on it.
