@@ -174,6 +174,24 @@ func (p *Policy) Route(method, route string) Route {
 	return Route{Skip: p.skip, Required: p.required, Retention: p.retention}
 }
 
+// Route returns what opts decide for method and route, for transports
+// that are not HTTP (a gRPC interceptor: Kind "grpc", the full method):
+// whether the operation is protected, whether it needs a key, how long
+// its result is kept.
+func (e *Engine) Route(method, route string, opts ...RouteOption) Route {
+	h := defaultHTTP
+	p := Policy{e: e, h: &h, required: true, retention: e.cfg.retention}
+	for _, o := range opts {
+		o.applyHTTP(&p)
+	}
+	if q, ok := p.overrides[routeKey{strings.ToUpper(method), route}]; ok {
+		for _, o := range q {
+			o.applyHTTP(&p)
+		}
+	}
+	return Route{Skip: p.skip, Required: p.required, Retention: p.retention}
+}
+
 // Serve runs next for r under the engine's default policy; see
 // Policy.Serve.
 func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {

@@ -59,14 +59,14 @@ func (e *Engine) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler 
 				// engine judges r as routed, next gets it changed.
 				changed, routed := r.Method, r.WithContext(r.Context())
 				routed.Method = method
-				p.Serve(w, routed, route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				p.serve(w, routed, route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					r = r.WithContext(r.Context())
 					r.Method = changed
 					next.ServeHTTP(w, r)
 				}))
 				return
 			}
-			p.Serve(w, r, route, next)
+			p.serve(w, r, route, next)
 		})
 	}
 }

@@ -218,9 +218,10 @@ func WithReplayedHeaders(names ...string) HTTPOption {
 	return mustHTTP(err, func(c *httpConfig) { c.replayAllow = allow })
 }
 
-// RouteFunc sets how the net/http middleware names the route template of a
-// request, overriding the ServeMux pattern. It has no effect on adapters,
-// which know their router's template.
+// RouteFunc sets how the middleware names the route template of a
+// request, overriding the ServeMux pattern, or the template an adapter
+// read from its router. Adapters know their router's template: use it
+// only where a route's keys must be scoped by something else.
 func RouteFunc(fn func(*http.Request) string) HTTPOption {
 	var err error
 	if fn == nil {

@@ -26,8 +26,16 @@ import (
 // applies). Otherwise the request body is read (up to the cap) and replaced
 // by an identical one, and next runs only if this request takes the
 // claim, with a writer that buffers the response until it is stored or
-// released.
+// released. With RouteFunc, its answer replaces route.
 func (p *Policy) Serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
+	if p.h.routeFunc != nil {
+		route = p.h.routeFunc(r)
+	}
+	p.serve(w, r, route, next)
+}
+
+// serve is Serve with route as given.
+func (p *Policy) serve(w http.ResponseWriter, r *http.Request, route string, next http.Handler) {
 	if p.compiled != nil {
 		if q, ok := p.compiled[routeKey{r.Method, route}]; ok {
 			p = q

@@ -4,7 +4,7 @@
 // back. The policy (key parsing, problems, replay, store or release)
 // lives in the engine; this package bridges Fiber to it natively, on
 // fasthttp's request and response, through the engine's lifecycle
-// (idem.Engine.Start, idem.Call.Finish and Release): no net/http adaptor
+// (idem.Policy.Start, idem.Call.Finish and Release): no net/http adaptor
 // sits on the request path.
 //
 // # Mounting
@@ -30,7 +30,7 @@
 // way runs before Fiber has matched a route, so it cannot know the route
 // template that scopes keys, nor the route's options. Rather than guess,
 // or let requests through unprotected, it fails closed: every request
-// with a method the engine protects gets a 500 problem of type
+// with a method the middleware protects gets a 500 problem of type
 // "route-unknown" (other methods pass). It tells the two apart with
 // c.Matched(), which Fiber sets once a route matched: an app.Use
 // middleware reached after a route's handler called c.Next() sees it
@@ -43,9 +43,9 @@
 //
 // Keys are scoped by the client's namespace, the method and the route
 // template Fiber matched (c.Route().Path, "/orders/:id"). Only methods
-// the engine protects (POST and PATCH by default) are handled. A request
+// the middleware protects (POST and PATCH by default) are handled. A request
 // without a key gets 400 where the key is required and runs unprotected
-// where it is optional (idem.Optional, idem.WithOptionalKey); a route
+// where it is optional (idem.Optional); a route
 // marked idem.Skip is never protected; idem.TTL sets a route's
 // retention. The fingerprint is the engine's: the method, the request
 // target as sent (c.OriginalURL()) and the body, or the body's canonical
@@ -53,11 +53,14 @@
 //
 // # What is refused, and what replaces it
 //
-// The engine options that work on a *http.Request cannot run here:
-// idem.WithNamespace and idem.WithFingerprint take one, and
-// idem.WithKeyField reads the key from the body inside the net/http
+// The HTTP options that work on a *http.Request cannot run here:
+// idem.WithNamespace, idem.WithFingerprint and idem.RouteFunc take one,
+// and idem.WithKeyField reads the key from the body inside the net/http
 // middleware. Middleware panics with an error wrapping ErrBadOption
-// when given an engine built with any of them, rather than ignore them.
+// when given any of them, rather than ignore them. Every other
+// idem.HTTPOption (the key and replay headers, the methods, the body
+// caps, the JSON fingerprint, the release rule, the replayed headers,
+// the problem type base) applies as on net/http.
 // Config holds the Fiber equivalents:
 //
 //	idemfiber.Config{

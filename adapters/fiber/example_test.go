@@ -121,16 +121,16 @@ func ExampleConfig() {
 	// alice 201 created for alice (replayed)
 }
 
-// An engine built with an option that needs a *http.Request is refused.
+// An option that needs a *http.Request is refused.
 func ExampleMiddleware_refused() {
 	store := memstore.New()
 	defer store.Close()
-	engine, err := idem.New(store, idem.WithNamespace(func(r *http.Request) string { return r.Header.Get("X-Tenant") }))
+	engine, err := idem.New(store)
 	if err != nil {
 		panic(err)
 	}
 	defer func() { fmt.Println(recover()) }()
-	idemfiber.Middleware(engine)
+	idemfiber.Middleware(engine, idem.WithNamespace(func(r *http.Request) string { return r.Header.Get("X-Tenant") }))
 	// Output:
-	// idemfiber: idem: bad option: the engine has WithNamespace, which need a *http.Request that Fiber does not have; build it without them and set idemfiber.Config's Namespace or Fingerprint instead (WithKeyField has no Fiber equivalent: send the key in the Idempotency-Key header)
+	// idemfiber: idem: bad option: Fiber has no *http.Request for WithNamespace; leave them out and set idemfiber.Config's Namespace or Fingerprint instead (WithKeyField has no Fiber equivalent: send the key in the Idempotency-Key header; nor has RouteFunc: the route is c.Route().Path)
 }

@@ -32,7 +32,7 @@ type Config struct {
 }
 
 // Middleware is Config.Middleware with the zero Config.
-func Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Handler {
+func Middleware(e *idem.Engine, opts ...idem.HTTPOption) fiber.Handler {
 	return Config{}.Middleware(e, opts...)
 }
 
@@ -44,19 +44,21 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Handler {
 //
 //	app.Post("/orders", idemfiber.Middleware(engine), createOrder)
 //
-// It panics with an error wrapping ErrBadOption when e is nil or has
-// options that need a *http.Request (idem.Engine.RequestOptions).
-func (cfg Config) Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Handler {
+// It panics with an error wrapping ErrBadOption when e is nil or opts
+// hold options that need a *http.Request (idem.Policy.RequestOptions).
+func (cfg Config) Middleware(e *idem.Engine, opts ...idem.HTTPOption) fiber.Handler {
 	if e == nil {
 		panic(fmt.Errorf("%w: the engine is nil; pass one that idem.New returned", ErrBadOption))
 	}
-	if names := e.RequestOptions(); len(names) > 0 {
-		panic(fmt.Errorf("%w: the engine has %s, which need a *http.Request that Fiber does not have; build it without them and set "+
-			"idemfiber.Config's Namespace or Fingerprint instead (WithKeyField has no Fiber equivalent: send the key in the %s header)",
-			ErrBadOption, strings.Join(names, ", "), e.KeyHeader()))
+	p := e.Policy(opts...)
+	if names := p.RequestOptions(); len(names) > 0 {
+		panic(fmt.Errorf("%w: Fiber has no *http.Request for %s; leave them out and set "+
+			"idemfiber.Config's Namespace or Fingerprint instead (WithKeyField has no Fiber equivalent: send the key in the %s header; "+
+			"nor has RouteFunc: the route is c.Route().Path)",
+			ErrBadOption, strings.Join(names, ", "), p.KeyHeader()))
 	}
-	m := &middleware{e: e, p: e.Policy(opts...), cfg: cfg}
-	for k := range e.ReplayHeader(&idem.Response{Status: http.StatusNoContent}) {
+	m := &middleware{e: e, p: p, cfg: cfg}
+	for k := range p.ReplayHeader(&idem.Response{Status: http.StatusNoContent}) {
 		m.marker = k // the replay marker alone: no headers, no body
 	}
 	return m.handle
@@ -64,7 +66,7 @@ func (cfg Config) Middleware(e *idem.Engine, opts ...idem.RouteOption) fiber.Han
 
 // CheckRoutes returns an error wrapping idem.ErrBadOption when an
 // idem.ForRoute rule in opts names a route app does not have (a typo).
-func CheckRoutes(app *fiber.App, opts ...idem.RouteOption) error {
+func CheckRoutes(app *fiber.App, opts ...idem.HTTPOption) error {
 	var routes []idem.RouteRule
 	for _, r := range app.GetRoutes(true) {
 		routes = append(routes, idem.RouteRule{Method: r.Method, Route: r.Path})
@@ -84,7 +86,7 @@ type protected struct{}
 
 func (m *middleware) handle(c fiber.Ctx) error {
 	e, method := m.e, c.Method()
-	if !e.Protects(method) || c.Locals(protected{}) != nil {
+	if !m.p.Protects(method) || c.Locals(protected{}) != nil {
 		return c.Next() // a nested middleware: the outer policy applies
 	}
 	if !c.Matched() { // app.Use: Fiber has not routed the request yet
@@ -97,7 +99,7 @@ func (m *middleware) handle(c fiber.Ctx) error {
 		return c.Next()
 	}
 	var buf [1]string // no allocation for the usual single value
-	key, err := idem.ParseKey(values(buf[:0], c, e.KeyHeader()))
+	key, err := idem.ParseKey(values(buf[:0], c, m.p.KeyHeader()))
 	if errors.Is(err, idem.ErrMissingKey) && !rt.Required {
 		return c.Next()
 	} else if err != nil {
@@ -113,10 +115,10 @@ func (m *middleware) handle(c fiber.Ctx) error {
 	}
 	if m.cfg.Fingerprint != nil {
 		fp = strings.Clone(m.cfg.Fingerprint(c, body))
-	} else if fp, err = e.FingerprintRequest(method, c.OriginalURL(), body); err != nil {
+	} else if fp, err = m.p.FingerprintRequest(method, c.OriginalURL(), body); err != nil {
 		return m.fail(c, err)
 	}
-	call, stored, err := e.Start(c.Context(), idem.Op{Namespace: ns, Kind: method, Name: route, Key: key, Fingerprint: fp, Retention: rt.Retention})
+	call, stored, err := m.p.Start(c.Context(), idem.Op{Namespace: ns, Kind: method, Name: route, Key: key, Fingerprint: fp, Retention: rt.Retention})
 	if err != nil {
 		return m.fail(c, err)
 	} else if stored != nil {
@@ -155,7 +157,7 @@ func (m *middleware) run(c fiber.Ctx, call *idem.Call) error {
 
 // body reads the request body, up to the engine's cap, or returns a problem.
 func (m *middleware) body(c fiber.Ctx) ([]byte, *idem.Problem) {
-	limit, req := m.e.MaxRequestBody(), c.Request()
+	limit, req := m.p.MaxRequestBody(), c.Request()
 	tooLarge := int64(req.Header.ContentLength()) > limit
 	var b []byte
 	if !tooLarge && req.IsBodyStream() { // Fiber's StreamRequestBody
@@ -176,7 +178,7 @@ func (m *middleware) body(c fiber.Ctx) ([]byte, *idem.Problem) {
 
 // problem returns a problem the adapter answers itself, as the engine's.
 func (m *middleware) problem(name string, status int, title, detail string) *idem.Problem {
-	return &idem.Problem{Type: m.e.ProblemType(name), Status: status, Title: title, Detail: detail}
+	return &idem.Problem{Type: m.p.ProblemType(name), Status: status, Title: title, Detail: detail}
 }
 
 // replay sends a stored response (fasthttp sets Content-Length).
@@ -207,7 +209,7 @@ func values(vals []string, c fiber.Ctx, name string) []string {
 
 // fail answers err's problem; another error goes to Fiber's error handler.
 func (m *middleware) fail(c fiber.Ctx, err error) error {
-	p, ok := m.e.Problem(err)
+	p, ok := m.p.Problem(err)
 	if !ok {
 		return err
 	}

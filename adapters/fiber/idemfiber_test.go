@@ -46,13 +46,13 @@ type testApp struct {
 	inSlow chan struct{}
 }
 
-func newTestApp(t *testing.T, e *idem.Engine, cfg idemfiber.Config, app *fiber.App) *testApp {
+func newTestApp(t *testing.T, e *idem.Engine, cfg idemfiber.Config, app *fiber.App, opts ...idem.HTTPOption) *testApp {
 	a := &testApp{t: t, gate: make(chan struct{}), inSlow: make(chan struct{}, 8)}
 	if app == nil {
 		app = fiber.New()
 	}
 	app.Use(fiberrecover.New())
-	mw := cfg.Middleware(e)
+	mw := cfg.Middleware(e, opts...)
 	counted := func(h fiber.Handler) fiber.Handler {
 		return func(c fiber.Ctx) error { a.count.Add(1); return h(c) }
 	}
@@ -176,6 +176,7 @@ func TestMiddleware(t *testing.T) {
 	tests := []struct {
 		name  string
 		opts  []idem.Option
+		http  []idem.HTTPOption
 		cfg   idemfiber.Config
 		steps []step
 	}{
@@ -216,7 +217,7 @@ func TestMiddleware(t *testing.T) {
 			{path: "/skip", key: "s", code: 201, count: 2},
 			{path: "/skip", key: "a b", code: 201, count: 3},
 		}},
-		{name: "WithOptionalKey engine", opts: []idem.Option{idem.WithOptionalKey()}, steps: []step{
+		{name: "Optional for every route", http: []idem.HTTPOption{idem.Optional()}, steps: []step{
 			{path: "/orders/1", code: 201, count: 1},
 			{path: "/orders/1", code: 201, count: 2},
 		}},
@@ -248,11 +249,11 @@ func TestMiddleware(t *testing.T) {
 			{path: "/stream", key: "s", code: 201, want: "streamed", count: 1},
 			{path: "/stream", key: "s", code: 201, replayed: true, count: 1},
 		}},
-		{name: "a body over the cap is 413", opts: []idem.Option{idem.WithMaxRequestBody(8)}, steps: []step{
+		{name: "a body over the cap is 413", http: []idem.HTTPOption{idem.WithMaxRequestBody(8)}, steps: []step{
 			{path: "/orders/1", key: "big", body: "123456789", code: 413, problem: "body-too-large"},
 			{path: "/orders/1", key: "big", body: "12345678", code: 201, count: 1},
 		}},
-		{name: "JSON fingerprint", opts: []idem.Option{idem.WithJSONFingerprint()}, steps: []step{
+		{name: "JSON fingerprint", http: []idem.HTTPOption{idem.WithJSONFingerprint()}, steps: []step{
 			{path: "/orders/1", key: "j", body: `{"a":1,"b":2}`, code: 201, count: 1},
 			{path: "/orders/1", key: "j", body: `{ "b":2, "a":1 }`, code: 201, replayed: true, count: 1},
 			{path: "/orders/1", key: "j", body: `{"a":1,"b":3}`, code: 422, problem: "key-reused", count: 1},
@@ -274,13 +275,13 @@ func TestMiddleware(t *testing.T) {
 				{path: "/orders/1", key: "n", code: 403, problem: "namespace-required"},
 				{path: "/orders/1", key: "n", header: []string{"X-Tenant", "alice"}, code: 201, count: 1},
 			}},
-		{name: "problem type base", opts: []idem.Option{idem.WithProblemTypeBase("https://example.com/p#")}, steps: []step{
+		{name: "problem type base", http: []idem.HTTPOption{idem.WithProblemTypeBase("https://example.com/p#")}, steps: []step{
 			{path: "/orders/1", code: 400, problem: "missing-key"},
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a := newTestApp(t, newEngine(t, tc.opts...), tc.cfg, nil)
+			a := newTestApp(t, newEngine(t, tc.opts...), tc.cfg, nil, tc.http...)
 			for _, s := range tc.steps {
 				a.check(s)
 			}
@@ -289,7 +290,7 @@ func TestMiddleware(t *testing.T) {
 }
 
 func TestBodyTooLargeProblem(t *testing.T) {
-	a := newTestApp(t, newEngine(t, idem.WithMaxRequestBody(8), idem.WithProblemTypeBase("https://example.com/p/")), idemfiber.Config{}, nil)
+	a := newTestApp(t, newEngine(t), idemfiber.Config{}, nil, idem.WithMaxRequestBody(8), idem.WithProblemTypeBase("https://example.com/p/"))
 	r := a.do("POST", "/orders/1", "k", "123456789")
 	var p map[string]any
 	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
@@ -365,24 +366,25 @@ func TestRouteTTL(t *testing.T) {
 	a.check(step{path: "/orders/1", key: "t", code: 201, replayed: true, count: 3}) // the engine's hour did not
 }
 
-func TestRefusedEngines(t *testing.T) {
+func TestRefusedOptions(t *testing.T) {
 	s := memstore.New()
 	defer s.Close()
+	e, err := idem.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
-		opts []idem.Option
+		opt  idem.HTTPOption
 		want string
 	}{
-		{"WithNamespace", []idem.Option{idem.WithNamespace(func(*http.Request) string { return "" })}, "WithNamespace"},
-		{"WithFingerprint", []idem.Option{idem.WithFingerprint(func(*http.Request, []byte) string { return "" })}, "WithFingerprint"},
-		{"WithKeyField", []idem.Option{idem.WithKeyField("/key")}, "WithKeyField"},
+		{"WithNamespace", idem.WithNamespace(func(*http.Request) string { return "" }), "WithNamespace"},
+		{"WithFingerprint", idem.WithFingerprint(func(*http.Request, []byte) string { return "" }), "WithFingerprint"},
+		{"WithKeyField", idem.WithKeyField("/key"), "WithKeyField"},
+		{"RouteFunc", idem.RouteFunc(func(*http.Request) string { return "/" }), "RouteFunc"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := idem.New(s, tc.opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
 			defer func() {
 				err, _ := recover().(error)
 				if !errors.Is(err, idemfiber.ErrBadOption) || !errors.Is(err, idem.ErrBadOption) || !strings.Contains(err.Error(), tc.want) ||
@@ -390,7 +392,7 @@ func TestRefusedEngines(t *testing.T) {
 					t.Errorf("panic %v, want an ErrBadOption naming %s and idemfiber.Config", err, tc.want)
 				}
 			}()
-			idemfiber.Middleware(e)
+			idemfiber.Middleware(e, tc.opt)
 		})
 	}
 	t.Run("nil engine", func(t *testing.T) {
@@ -486,7 +488,7 @@ func TestCheckRoutes(t *testing.T) {
 // TestStreamedRequestBody: with Fiber's StreamRequestBody the body is read
 // from its stream up to the cap, and the handler gets it whole.
 func TestStreamedRequestBody(t *testing.T) {
-	a := newTestApp(t, newEngine(t, idem.WithMaxRequestBody(64<<10)), idemfiber.Config{}, fiber.New(fiber.Config{StreamRequestBody: true}))
+	a := newTestApp(t, newEngine(t), idemfiber.Config{}, fiber.New(fiber.Config{StreamRequestBody: true}), idem.WithMaxRequestBody(64<<10))
 	for _, tc := range []struct {
 		name string
 		size int

@@ -52,12 +52,12 @@ func UnaryServerInterceptor(engine *idem.Engine, opts ...Option) (grpc.UnaryServ
 	for p := range s.patterns { // each on top of its service's, on top of every method's
 		var opts []idem.RouteOption
 		for _, q := range slices.Compact([]string{"", p[:strings.LastIndexByte(p, '/')+1], p}) {
-			if len(opts) > 0 && len(s.patterns[q]) > 0 && engine.Policy(opts...).Route(Kind, q).Skip {
+			if len(opts) > 0 && len(s.patterns[q]) > 0 && engine.Route(Kind, q, opts...).Skip {
 				return nil, badOption("ForMethod options for %s come under a skipping pattern: idem.Skip cannot be undone; skip the other methods one by one", q)
 			}
 			opts = append(opts, s.patterns[q]...)
 		}
-		s.routes[p] = engine.Policy(opts...).Route(Kind, p)
+		s.routes[p] = engine.Route(Kind, p, opts...)
 	}
 	where := fmt.Sprintf("the %q metadata", s.keyMD)
 	if s.keyFunc != nil {
