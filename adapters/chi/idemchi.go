@@ -15,7 +15,7 @@ import (
 //	r.Use(idemchi.Middleware(engine, idem.ForRoute("POST", "/search", idem.Optional())))
 //
 // See the package documentation for mounting styles and middleware order.
-func Middleware(e *idem.Engine, opts ...idem.RouteOption) func(http.Handler) http.Handler {
+func Middleware(e *idem.Engine, opts ...idem.HTTPOption) func(http.Handler) http.Handler {
 	p := e.Policy(opts...)
 	var res resolver
 	return func(next http.Handler) http.Handler {
@@ -28,7 +28,7 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) func(http.Handler) htt
 			// chi routes by rctx.RouteMethod once set: it has routed r,
 			// or a middleware before this one (GetHead) chose it.
 			method := cmp.Or(rctx.RouteMethod, r.Method)
-			if !e.Protects(method) {
+			if !p.Protects(method) {
 				// chi routes r by the method judged here, whatever a
 				// later middleware makes of r.Method.
 				rctx.RouteMethod = method
@@ -67,7 +67,7 @@ func withMethod(r *http.Request, m string) *http.Request {
 //	if err := idemchi.CheckRoutes(r, opts...); err != nil {
 //		log.Fatal(err)
 //	}
-func CheckRoutes(r chi.Routes, opts ...idem.RouteOption) error {
+func CheckRoutes(r chi.Routes, opts ...idem.HTTPOption) error {
 	var routes []idem.RouteRule
 	err := chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		routes = append(routes, idem.RouteRule{Method: method, Route: route})

@@ -28,7 +28,7 @@ func newStore(t testing.TB) idem.Store {
 type route struct {
 	method, path string
 	protected    bool
-	opts         []idem.RouteOption // per-route options
+	opts         []idem.HTTPOption // per-route options
 	h            http.HandlerFunc
 }
 
@@ -47,11 +47,11 @@ func fixtureRoutes(f *conformance.Fixture) []route {
 // mounted once needs to treat each route as its per-route options say.
 type style struct {
 	name  string
-	mount func(e *idem.Engine, routes []route, global []idem.RouteOption) http.Handler
+	mount func(e *idem.Engine, routes []route, global []idem.HTTPOption) http.Handler
 }
 
 var styles = []style{
-	{"global", func(e *idem.Engine, routes []route, global []idem.RouteOption) http.Handler {
+	{"global", func(e *idem.Engine, routes []route, global []idem.HTTPOption) http.Handler {
 		r := chi.NewRouter()
 		r.Use(middleware.Recoverer)
 		r.Use(idemchi.Middleware(e, global...))
@@ -62,7 +62,7 @@ var styles = []style{
 	}},
 	// Routes without options in one r.Group, the others with r.With, the
 	// unprotected ones bare.
-	{"per-route", func(e *idem.Engine, routes []route, _ []idem.RouteOption) http.Handler {
+	{"per-route", func(e *idem.Engine, routes []route, _ []idem.HTTPOption) http.Handler {
 		r := chi.NewRouter()
 		r.Use(middleware.Recoverer)
 		r.Group(func(g chi.Router) {
@@ -85,7 +85,7 @@ var styles = []style{
 	}},
 	// The middleware at the top, between rewriting middleware (before it)
 	// and a logger (after it).
-	{"global, with rewrites before", func(e *idem.Engine, routes []route, global []idem.RouteOption) http.Handler {
+	{"global, with rewrites before", func(e *idem.Engine, routes []route, global []idem.HTTPOption) http.Handler {
 		r := chi.NewRouter()
 		r.Use(middleware.Recoverer, middleware.CleanPath, middleware.StripSlashes, middleware.URLFormat, methodOverride)
 		r.Use(idemchi.Middleware(e, global...))
@@ -97,7 +97,7 @@ var styles = []style{
 	}},
 	// Every route on a sub-router mounted at "/", the middleware in the
 	// sub-router's r.Use: chi has shifted rctx.RoutePath when it runs.
-	{"sub-router", func(e *idem.Engine, routes []route, global []idem.RouteOption) http.Handler {
+	{"sub-router", func(e *idem.Engine, routes []route, global []idem.HTTPOption) http.Handler {
 		r := chi.NewRouter()
 		r.Use(middleware.Recoverer)
 		sub := chi.NewRouter()
@@ -116,7 +116,7 @@ func TestConformance(t *testing.T) {
 			conformance.RunHTTP(t, conformance.Harness{
 				NewStore: func(t *testing.T) idem.Store { return newStore(t) },
 				Handler: func(t *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
-					return s.mount(e, fixtureRoutes(f), conformance.GlobalOptions())
+					return s.mount(e, fixtureRoutes(f), f.GlobalOptions())
 				},
 			})
 		})
@@ -147,7 +147,7 @@ func (r *recorder) routes() []string {
 
 func newEngine(t testing.TB, opts ...idem.Option) (*idem.Engine, *recorder) {
 	rec := &recorder{}
-	all := append([]idem.Option{idem.WithNamespace(conformance.Namespace), idem.WithObserver(rec.observe)}, opts...)
+	all := append([]idem.Option{idem.WithObserver(rec.observe)}, opts...)
 	e, err := idem.New(newStore(t), all...)
 	if err != nil {
 		t.Fatal(err)
@@ -180,9 +180,9 @@ func TestMountingStyles(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			// Each case gets a fresh fixture, engine and router.
 			fixture := func(t *testing.T) (http.Handler, *conformance.Fixture, *recorder) {
-				f := conformance.NewFixture()
+				f := conformance.NewFixture(idem.WithNamespace(conformance.Namespace))
 				e, rec := newEngine(t)
-				return s.mount(e, fixtureRoutes(f), conformance.GlobalOptions()), f, rec
+				return s.mount(e, fixtureRoutes(f), f.GlobalOptions()), f, rec
 			}
 			t.Run("same key on /items/1 and /items/2 is 422", func(t *testing.T) {
 				h, f, rec := fixture(t)

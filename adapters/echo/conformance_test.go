@@ -37,7 +37,7 @@ func fixtureHandler(rt conformance.Route) echo.HandlerFunc {
 // mountGlobal mounts the middleware once, with e.Use, before any route.
 func mountGlobal(_ *testing.T, eng *idem.Engine, f *conformance.Fixture) http.Handler {
 	e := newEcho()
-	e.Use(idemecho.Middleware(eng, conformance.GlobalOptions()...))
+	e.Use(idemecho.Middleware(eng, f.GlobalOptions()...))
 	for _, rt := range f.Routes() {
 		e.Add(rt.Method, rt.ColonPath(), fixtureHandler(rt))
 	}

@@ -19,13 +19,13 @@ import (
 //
 // See the package documentation for mounting styles, middleware order,
 // nesting, what passes through, error pages and panics.
-func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
+func Middleware(e *idem.Engine, opts ...idem.HTTPOption) echo.MiddlewareFunc {
 	p := e.Policy(opts...)
 	known := new(routeSet)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
-			if !e.Protects(r.Method) {
+			if !p.Protects(r.Method) {
 				return next(c)
 			}
 			// Echo's router leaves the path empty on a 404 and sets the
@@ -96,7 +96,7 @@ func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //	if err := idemecho.CheckRoutes(e, opts...); err != nil {
 //		log.Fatal(err)
 //	}
-func CheckRoutes(e *echo.Echo, opts ...idem.RouteOption) error {
+func CheckRoutes(e *echo.Echo, opts ...idem.HTTPOption) error {
 	var routes []idem.RouteRule
 	for _, r := range e.Routes() {
 		routes = append(routes, idem.RouteRule{Method: r.Method, Route: r.Path})

@@ -248,7 +248,7 @@ func TestConformanceBehindPreRewrites(t *testing.T) {
 	conformance.RunHTTP(t, conformance.Harness{NewStore: newMemStore, Handler: func(_ *testing.T, eng *idem.Engine, f *conformance.Fixture) http.Handler {
 		e := quietEcho()
 		e.Pre(middleware.RemoveTrailingSlash(), middleware.Rewrite(map[string]string{"/v1/*": "/$1"}), middleware.MethodOverride())
-		e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}), idemecho.Middleware(eng, conformance.GlobalOptions()...))
+		e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}), idemecho.Middleware(eng, f.GlobalOptions()...))
 		for _, rt := range f.Routes() {
 			e.Add(rt.Method, rt.ColonPath(), fixtureHandler(rt))
 		}
@@ -262,7 +262,7 @@ func TestConformanceInPre(t *testing.T) {
 	conformance.RunHTTP(t, conformance.Harness{NewStore: newMemStore, Handler: func(_ *testing.T, eng *idem.Engine, f *conformance.Fixture) http.Handler {
 		e := quietEcho()
 		e.Pre(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}),
-			middleware.RemoveTrailingSlash(), middleware.MethodOverride(), idemecho.Middleware(eng, conformance.GlobalOptions()...))
+			middleware.RemoveTrailingSlash(), middleware.MethodOverride(), idemecho.Middleware(eng, f.GlobalOptions()...))
 		for _, rt := range f.Routes() {
 			e.Add(rt.Method, rt.ColonPath(), fixtureHandler(rt))
 		}

@@ -82,7 +82,7 @@ func run(b *testing.B, h http.Handler, key string, newKey bool, wantCode int) {
 	}
 }
 
-func benchCases(b *testing.B, h func(opts ...idem.RouteOption) http.Handler) {
+func benchCases(b *testing.B, h func(opts ...idem.HTTPOption) http.Handler) {
 	b.Run("bare", func(b *testing.B) { run(b, h(), "", false, 201) })
 	b.Run("first", func(b *testing.B) { run(b, h(idem.Required()), "k", true, 201) })
 	b.Run("replay", func(b *testing.B) { run(b, h(idem.Required()), "same", false, 201) })
@@ -92,7 +92,7 @@ func benchCases(b *testing.B, h func(opts ...idem.RouteOption) http.Handler) {
 }
 
 func BenchmarkEchoV5(b *testing.B) {
-	benchCases(b, func(opts ...idem.RouteOption) http.Handler {
+	benchCases(b, func(opts ...idem.HTTPOption) http.Handler {
 		e := echo.New()
 		var mw []echo.MiddlewareFunc
 		if len(opts) > 0 {
@@ -110,7 +110,7 @@ func BenchmarkEchoV5(b *testing.B) {
 }
 
 func BenchmarkNetHTTP(b *testing.B) {
-	benchCases(b, func(opts ...idem.RouteOption) http.Handler {
+	benchCases(b, func(opts ...idem.HTTPOption) http.Handler {
 		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p, err := io.ReadAll(r.Body)
 			if err != nil {

@@ -20,12 +20,12 @@ import (
 //
 // See the package documentation for mounting styles, nesting, what
 // passes through, error pages and panics.
-func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
+func Middleware(e *idem.Engine, opts ...idem.HTTPOption) echo.MiddlewareFunc {
 	p := e.Policy(opts...)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {
 			r, ri := c.Request(), c.RouteInfo()
-			if ri.Name == "" && ri.Method == "" && e.Protects(r.Method) {
+			if ri.Name == "" && ri.Method == "" && p.Protects(r.Method) {
 				// Echo has not routed r yet (Echo.Pre): route it now as it
 				// is, and refuse what Echo routes nowhere with the router's
 				// own answer, before a later Pre middleware rewrites it.
@@ -38,7 +38,7 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) echo.MiddlewareFunc {
 			if method == echo.RouteAny {
 				method = r.Method
 			}
-			if !matched(ri) || !e.Protects(method) {
+			if !matched(ri) || !p.Protects(method) {
 				return next(c) // the router's 404 or 405, a not-found route, or not protected
 			}
 			return serve(p, c, next, ri.Path, method)
@@ -134,7 +134,7 @@ func (b *bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //	if err := idemechov5.CheckRoutes(e, opts...); err != nil {
 //		log.Fatal(err)
 //	}
-func CheckRoutes(e *echo.Echo, opts ...idem.RouteOption) error {
+func CheckRoutes(e *echo.Echo, opts ...idem.HTTPOption) error {
 	var routes []idem.RouteRule
 	for _, r := range e.Router().Routes() {
 		routes = append(routes, idem.RouteRule{Method: r.Method, Route: r.Path})

@@ -246,7 +246,7 @@ func TestConformanceBehindPreRewrites(t *testing.T) {
 	conformance.RunHTTP(t, conformance.Harness{NewStore: newMemStore, Handler: func(_ *testing.T, eng *idem.Engine, f *conformance.Fixture) http.Handler {
 		e := quietEcho()
 		e.Pre(middleware.RemoveTrailingSlash(), middleware.Rewrite(map[string]string{"/v1/*": "/$1"}), middleware.MethodOverride())
-		e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}), idemechov5.Middleware(eng, conformance.GlobalOptions()...))
+		e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}), idemechov5.Middleware(eng, f.GlobalOptions()...))
 		for _, rt := range f.Routes() {
 			e.Add(rt.Method, rt.ColonPath(), fixtureHandler(rt))
 		}
@@ -260,7 +260,7 @@ func TestConformanceInPre(t *testing.T) {
 	conformance.RunHTTP(t, conformance.Harness{NewStore: newMemStore, Handler: func(_ *testing.T, eng *idem.Engine, f *conformance.Fixture) http.Handler {
 		e := quietEcho()
 		e.Pre(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true}),
-			middleware.RemoveTrailingSlash(), middleware.MethodOverride(), idemechov5.Middleware(eng, conformance.GlobalOptions()...))
+			middleware.RemoveTrailingSlash(), middleware.MethodOverride(), idemechov5.Middleware(eng, f.GlobalOptions()...))
 		for _, rt := range f.Routes() {
 			e.Add(rt.Method, rt.ColonPath(), fixtureHandler(rt))
 		}

@@ -61,6 +61,7 @@
 // idem.HTTPOption (the key and replay headers, the methods, the body
 // caps, the JSON fingerprint, the release rule, the replayed headers,
 // the problem type base) applies as on net/http.
+//
 // Config holds the Fiber equivalents:
 //
 //	idemfiber.Config{

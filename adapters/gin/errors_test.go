@@ -216,10 +216,10 @@ func TestErrorsWithoutClaim(t *testing.T) {
 		name  string
 		store idem.Store
 		opts  []idem.Option
-		route []idem.RouteOption
+		route []idem.HTTPOption
 		key   string
 	}{
-		{"optional key absent", memstore.New(), nil, []idem.RouteOption{idem.Optional()}, ""},
+		{"optional key absent", memstore.New(), nil, []idem.HTTPOption{idem.Optional()}, ""},
 		{"fail open", failingStore{}, []idem.Option{idem.WithFailOpen(), idem.WithObserver(func(context.Context, idem.Event) {})}, nil, "k"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,11 +17,11 @@ import (
 //
 // See the package documentation for mounting styles, nesting, what
 // passes through, status-only responses, error pages and panics.
-func Middleware(e *idem.Engine, opts ...idem.RouteOption) gin.HandlerFunc {
+func Middleware(e *idem.Engine, opts ...idem.HTTPOption) gin.HandlerFunc {
 	p := e.Policy(opts...)
 	return func(c *gin.Context) {
 		route := c.FullPath()
-		if route == "" || !e.Protects(c.Request.Method) {
+		if route == "" || !p.Protects(c.Request.Method) {
 			c.Next()
 			return
 		}
@@ -61,7 +61,7 @@ func Middleware(e *idem.Engine, opts ...idem.RouteOption) gin.HandlerFunc {
 //	if err := idemgin.CheckRoutes(router, opts...); err != nil {
 //		log.Fatal(err)
 //	}
-func CheckRoutes(router *gin.Engine, opts ...idem.RouteOption) error {
+func CheckRoutes(router *gin.Engine, opts ...idem.HTTPOption) error {
 	var routes []idem.RouteRule
 	for _, r := range router.Routes() {
 		routes = append(routes, idem.RouteRule{Method: r.Method, Route: r.Path})

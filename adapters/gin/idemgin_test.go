@@ -36,7 +36,7 @@ func fixtureHandler(rt conformance.Route) gin.HandlerFunc {
 func globalRouter(_ *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
-	r.Use(recovery(), idemgin.Middleware(e, conformance.GlobalOptions()...))
+	r.Use(recovery(), idemgin.Middleware(e, f.GlobalOptions()...))
 	for _, rt := range f.Routes() {
 		r.Handle(rt.Method, rt.ColonPath(), fixtureHandler(rt))
 	}

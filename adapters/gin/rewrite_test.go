@@ -222,7 +222,7 @@ func TestConformanceRouterOptions(t *testing.T) {
 		r := gin.New()
 		r.HandleMethodNotAllowed = true
 		r.RedirectTrailingSlash, r.RedirectFixedPath, r.RemoveExtraSlash, r.UseRawPath = true, true, true, true
-		r.Use(recovery(), idemgin.Middleware(e, conformance.GlobalOptions()...), logger)
+		r.Use(recovery(), idemgin.Middleware(e, f.GlobalOptions()...), logger)
 		for _, rt := range f.Routes() {
 			r.Handle(rt.Method, rt.ColonPath(), fixtureHandler(rt))
 		}

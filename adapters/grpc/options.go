@@ -176,7 +176,7 @@ func ForMethod(pattern string, opts ...idem.RouteOption) Option {
 	return serverOption(func(c *serverConfig) error {
 		m := fullMethod.FindStringSubmatch(pattern)
 		switch {
-		case len(idem.RouteRules(opts...)) > 0:
+		case len(idem.RouteRules(asHTTP(opts)...)) > 0:
 			return badOption("ForMethod(%q): idem.ForRoute does not apply to gRPC; give each method its own ForMethod", pattern)
 		case pattern == "*":
 			pattern = ""
@@ -190,6 +190,15 @@ func ForMethod(pattern string, opts ...idem.RouteOption) Option {
 		c.patterns[pattern] = append(c.patterns[pattern], opts...)
 		return nil
 	})
+}
+
+// asHTTP returns opts as the HTTPOptions they also are.
+func asHTTP(opts []idem.RouteOption) []idem.HTTPOption {
+	hs := make([]idem.HTTPOption, len(opts))
+	for i, o := range opts {
+		hs[i] = o
+	}
+	return hs
 }
 
 // unknownMethod reports a method its service's registered descriptor lacks.
