@@ -43,7 +43,13 @@ type rig struct {
 
 func newRig(t *testing.T, wrap func(idem.Store) idem.Store, opts ...idem.Option) *rig {
 	t.Helper()
-	r := &rig{t: t, f: conformance.NewFixture(), reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
+	return newHTTPRig(t, wrap, nil, opts...)
+}
+
+// newHTTPRig is newRig with the middleware's HTTP options.
+func newHTTPRig(t *testing.T, wrap func(idem.Store) idem.Store, httpOpts []idem.HTTPOption, opts ...idem.Option) *rig {
+	t.Helper()
+	r := &rig{t: t, f: conformance.NewFixture(httpOpts...), reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
 	r.tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans)).Tracer("test")
 	inst, err := idemotel.New(idemotel.WithMeterProvider(mp), idemotel.WithNext(nil))
@@ -210,6 +216,7 @@ func TestOutcomes(t *testing.T) {
 	tests := []struct {
 		name  string
 		opts  []idem.Option
+		http  []idem.HTTPOption
 		store func(idem.Store) idem.Store
 		run   func(r *rig)
 		want  map[point]int64 // every data point of idempotency.requests
@@ -282,7 +289,7 @@ func TestOutcomes(t *testing.T) {
 		want: map[point]int64{{"invalid_key", post, "/echo"}: 2},
 	}, {
 		name: "body too large",
-		opts: []idem.Option{idem.WithMaxRequestBody(8)},
+		http: []idem.HTTPOption{idem.WithMaxRequestBody(8)},
 		run:  func(r *rig) { r.do(post, "/echo", "k1", strings.Repeat("x", 100), 413) },
 		want: map[point]int64{{"body_too_large", post, "/echo"}: 1},
 	}, {
@@ -313,7 +320,7 @@ func TestOutcomes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, tt.store, tt.opts...)
+				r := newHTTPRig(t, tt.store, tt.http, tt.opts...)
 				tt.run(r)
 				rm := r.collect()
 

@@ -37,7 +37,7 @@ func TestHTTP(t *testing.T) {
 						rt.Handler(w, r, r.PathValue)
 					})
 				}
-				return conformance.Recoverer(e.Middleware(conformance.GlobalOptions()...)(mux))
+				return conformance.Recoverer(e.Middleware(f.GlobalOptions()...)(mux))
 			},
 		})
 	})

@@ -42,7 +42,10 @@ func Example() {
 	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	})
-	log.Fatal(http.ListenAndServe(":8080", engine.Middleware()(mux)))
+	// Keep every body the middleware keeps: below what
+	// max_allowed_packet lets the store write, less room for headers.
+	limit := idem.WithMaxResponseBody(min(4<<20, store.MaxResponseSize()-64<<10))
+	log.Fatal(http.ListenAndServe(":8080", engine.Middleware(limit)(mux)))
 }
 
 // The schema for a migration tool, instead of CreateSchema at start-up.
@@ -68,10 +71,7 @@ func ExampleStore_ExactlyOnce() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// Keep every body the engine keeps: below what max_allowed_packet
-	// lets the store write, less room for headers.
-	engine, err := idem.New(store.ExactlyOnce(),
-		idem.WithMaxResponseBody(min(4<<20, store.MaxResponseSize()-64<<10)))
+	engine, err := idem.New(store.ExactlyOnce())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -90,7 +90,10 @@ func ExampleStore_ExactlyOnce() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"id":%d}`, id)
 	})
-	log.Fatal(http.ListenAndServe(":8080", engine.Middleware()(mux)))
+	// Keep every body the middleware keeps: below what
+	// max_allowed_packet lets the store write, less room for headers.
+	limit := idem.WithMaxResponseBody(min(4<<20, store.MaxResponseSize()-64<<10))
+	log.Fatal(http.ListenAndServe(":8080", engine.Middleware(limit)(mux)))
 }
 
 // The schema for a table name of your own.

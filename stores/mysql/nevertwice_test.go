@@ -70,6 +70,12 @@ var orderIDs atomic.Int64
 
 func newApp(t *testing.T, f txFixture, st store.Store, opts ...idem.Option) *app {
 	t.Helper()
+	return newAppHTTP(t, f, st, nil, opts...)
+}
+
+// newAppHTTP is newApp with the middleware's HTTP options.
+func newAppHTTP(t *testing.T, f txFixture, st store.Store, httpOpts []idem.HTTPOption, opts ...idem.Option) *app {
+	t.Helper()
 	a := &app{f: f, runs: map[string]int{}}
 	opts = append([]idem.Option{
 		idem.WithLogger(quietLog),
@@ -84,7 +90,7 @@ func newApp(t *testing.T, f txFixture, st store.Store, opts ...idem.Option) *app
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.srv = httptest.NewServer(e.Middleware()(http.HandlerFunc(a.serve)))
+	a.srv = httptest.NewServer(e.Middleware(httpOpts...)(http.HandlerFunc(a.serve)))
 	t.Cleanup(a.srv.Close)
 	return a
 }
@@ -356,7 +362,7 @@ func TestLargeResponseThroughEngine(t *testing.T) {
 			}
 			// Writing 16 MiB takes this server seconds: the store timeout
 			// must cover the largest response.
-			a := newApp(t, f, st, idem.WithMaxResponseBody(packet+1<<20), idem.WithStoreTimeout(time.Minute))
+			a := newAppHTTP(t, f, st, []idem.HTTPOption{idem.WithMaxResponseBody(packet + 1<<20)}, idem.WithStoreTimeout(time.Minute))
 			for _, tc := range []struct {
 				name string
 				size int
@@ -694,7 +700,7 @@ func TestExactlyOnceMatrix(t *testing.T) {
 					opts = append(opts, idem.WithHeartbeat(0))
 				}
 				small := newApp(t, f, st, opts...)
-				big := newApp(t, f, st, append(opts, idem.WithMaxResponseBody(packet+1<<20))...)
+				big := newAppHTTP(t, f, st, []idem.HTTPOption{idem.WithMaxResponseBody(packet + 1<<20)}, opts...)
 				appFor := func(r request) *app {
 					if r.big {
 						return big

@@ -108,14 +108,13 @@ func TestWALPerRequest(t *testing.T) {
 	body := `{"id":"ord_123","status":"paid","amount":4200}`
 
 	serve := func(st store.Store, h http.HandlerFunc) func(key, reqBody string) int {
-		e, err := idem.New(st, idem.WithLogger(quietLog),
-			idem.WithFingerprint(func(_ *http.Request, body []byte) string { return string(body) }))
+		e, err := idem.New(st, idem.WithLogger(quietLog))
 		if err != nil {
 			t.Fatal(err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("POST /orders", h)
-		mw := e.Middleware()(mux)
+		mw := e.Middleware(idem.WithFingerprint(func(_ *http.Request, body []byte) string { return string(body) }))(mux)
 		return func(key, reqBody string) int {
 			r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(reqBody))
 			r.Header.Set("Idempotency-Key", key)
