@@ -207,11 +207,11 @@ func clientServer(t *testing.T, store string) (string, func() int) {
 	if store == "in-process" {
 		ms := memstore.New()
 		t.Cleanup(func() { ms.Close() })
-		engine, err := idem.New(ms, idem.WithNamespace(conformance.Namespace))
+		engine, err := idem.New(ms)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := conformance.NewFixture()
+		f := conformance.NewFixture(idem.WithNamespace(conformance.Namespace))
 		srv := httptest.NewServer(f.ServeMux(engine.Middleware))
 		t.Cleanup(srv.Close)
 		return strings.TrimPrefix(srv.URL, "http://"), func() int { return int(f.Count()) }
