@@ -36,9 +36,10 @@ type Fixture struct {
 }
 
 // NewFixture returns a fixture whose counter is 0. opts are the HTTP
-// options every protected route gets, before its own (Route.Options,
-// GlobalOptions): RunHTTP's scenarios set the key header, the body caps
-// and the namespace function with them.
+// options every middleware gets, before a route's own (Route.Options,
+// GlobalOptions, HTTPOptions): RunHTTP's scenarios set the namespace
+// function, the body caps, the replay header and the problem type base
+// with them.
 func NewFixture(opts ...idem.HTTPOption) *Fixture { return &Fixture{http: opts} }
 
 // Count returns how many times a counted handler ran.
@@ -84,6 +85,11 @@ func (f *Fixture) GlobalOptions() []idem.HTTPOption {
 		idem.ForRoute(http.MethodPost, "/reset", idem.Skip()),
 	)
 }
+
+// HTTPOptions returns a copy of the fixture's HTTP options: what a
+// middleware shared by several routes (a group's) gets. A route whose
+// Options are longer has options of its own.
+func (f *Fixture) HTTPOptions() []idem.HTTPOption { return f.with() }
 
 // with returns a copy of the fixture's HTTP options followed by opts.
 func (f *Fixture) with(opts ...idem.HTTPOption) []idem.HTTPOption {

@@ -28,7 +28,8 @@ type Harness struct {
 	NewStore func(t *testing.T) store.Store
 	// Handler mounts every route of f.Routes() on the router under test,
 	// the protected ones behind the idempotency middleware built from e
-	// (with each route's Options, or once at the top with f.GlobalOptions()),
+	// (with each route's Options, once at the top with f.GlobalOptions(),
+	// or on a group with f.HTTPOptions()),
 	// the framework's panic recovery outermost, and returns the router.
 	Handler func(t *testing.T, e *idem.Engine, f *Fixture) http.Handler
 	// OwnNamespace, when set, leaves idem.WithNamespace(Namespace) out of

@@ -47,11 +47,11 @@ func fixtureRoutes(f *conformance.Fixture) []route {
 // mounted once needs to treat each route as its per-route options say.
 type style struct {
 	name  string
-	mount func(e *idem.Engine, routes []route, global []idem.HTTPOption) http.Handler
+	mount func(e *idem.Engine, routes []route, global, base []idem.HTTPOption) http.Handler
 }
 
 var styles = []style{
-	{"global", func(e *idem.Engine, routes []route, global []idem.HTTPOption) http.Handler {
+	{"global", func(e *idem.Engine, routes []route, global, _ []idem.HTTPOption) http.Handler {
 		r := chi.NewRouter()
 		r.Use(middleware.Recoverer)
 		r.Use(idemchi.Middleware(e, global...))
@@ -62,13 +62,13 @@ var styles = []style{
 	}},
 	// Routes without options in one r.Group, the others with r.With, the
 	// unprotected ones bare.
-	{"per-route", func(e *idem.Engine, routes []route, _ []idem.HTTPOption) http.Handler {
+	{"per-route", func(e *idem.Engine, routes []route, _, base []idem.HTTPOption) http.Handler {
 		r := chi.NewRouter()
 		r.Use(middleware.Recoverer)
 		r.Group(func(g chi.Router) {
-			g.Use(idemchi.Middleware(e))
+			g.Use(idemchi.Middleware(e, base...))
 			for _, rt := range routes {
-				if rt.protected && len(rt.opts) == 0 {
+				if rt.protected && len(rt.opts) == len(base) {
 					g.Method(rt.method, rt.path, rt.h)
 				}
 			}
@@ -77,7 +77,7 @@ var styles = []style{
 			switch {
 			case !rt.protected:
 				r.Method(rt.method, rt.path, rt.h)
-			case len(rt.opts) > 0:
+			case len(rt.opts) > len(base):
 				r.With(idemchi.Middleware(e, rt.opts...)).Method(rt.method, rt.path, rt.h)
 			}
 		}
@@ -85,7 +85,7 @@ var styles = []style{
 	}},
 	// The middleware at the top, between rewriting middleware (before it)
 	// and a logger (after it).
-	{"global, with rewrites before", func(e *idem.Engine, routes []route, global []idem.HTTPOption) http.Handler {
+	{"global, with rewrites before", func(e *idem.Engine, routes []route, global, _ []idem.HTTPOption) http.Handler {
 		r := chi.NewRouter()
 		r.Use(middleware.Recoverer, middleware.CleanPath, middleware.StripSlashes, middleware.URLFormat, methodOverride)
 		r.Use(idemchi.Middleware(e, global...))
@@ -97,7 +97,7 @@ var styles = []style{
 	}},
 	// Every route on a sub-router mounted at "/", the middleware in the
 	// sub-router's r.Use: chi has shifted rctx.RoutePath when it runs.
-	{"sub-router", func(e *idem.Engine, routes []route, global []idem.HTTPOption) http.Handler {
+	{"sub-router", func(e *idem.Engine, routes []route, global, _ []idem.HTTPOption) http.Handler {
 		r := chi.NewRouter()
 		r.Use(middleware.Recoverer)
 		sub := chi.NewRouter()
@@ -116,7 +116,7 @@ func TestConformance(t *testing.T) {
 			conformance.RunHTTP(t, conformance.Harness{
 				NewStore: func(t *testing.T) idem.Store { return newStore(t) },
 				Handler: func(t *testing.T, e *idem.Engine, f *conformance.Fixture) http.Handler {
-					return s.mount(e, fixtureRoutes(f), f.GlobalOptions())
+					return s.mount(e, fixtureRoutes(f), f.GlobalOptions(), f.HTTPOptions())
 				},
 			})
 		})
@@ -182,7 +182,7 @@ func TestMountingStyles(t *testing.T) {
 			fixture := func(t *testing.T) (http.Handler, *conformance.Fixture, *recorder) {
 				f := conformance.NewFixture(idem.WithNamespace(conformance.Namespace))
 				e, rec := newEngine(t)
-				return s.mount(e, fixtureRoutes(f), f.GlobalOptions()), f, rec
+				return s.mount(e, fixtureRoutes(f), f.GlobalOptions(), f.HTTPOptions()), f, rec
 			}
 			t.Run("same key on /items/1 and /items/2 is 422", func(t *testing.T) {
 				h, f, rec := fixture(t)
@@ -288,7 +288,7 @@ func TestStatusOnlyAndStreamedResponses(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			runs = 0
 			e, _ := newEngine(t)
-			h := s.mount(e, routes, nil)
+			h := s.mount(e, routes, nil, nil)
 			for i := range 2 {
 				r := do(h, "POST", "/accepted", "ka", "")
 				if r.code != 202 || r.body != "" || r.header.Get("Location") != "/jobs/1" || r.replayed() != (i == 1) {

@@ -63,12 +63,13 @@ func mountPerRoute(_ *testing.T, eng *idem.Engine, f *conformance.Fixture) http.
 // the others on the router with route middleware.
 func mountGroup(_ *testing.T, eng *idem.Engine, f *conformance.Fixture) http.Handler {
 	e := newEcho()
-	g := e.Group("", idemecho.Middleware(eng))
+	base := f.HTTPOptions()
+	g := e.Group("", idemecho.Middleware(eng, base...))
 	for _, rt := range f.Routes() {
 		switch {
 		case !rt.Protected:
 			e.Add(rt.Method, rt.ColonPath(), fixtureHandler(rt))
-		case len(rt.Options) > 0:
+		case len(rt.Options) > len(base):
 			e.Add(rt.Method, rt.ColonPath(), fixtureHandler(rt), idemecho.Middleware(eng, rt.Options...))
 		default:
 			g.Add(rt.Method, rt.ColonPath(), fixtureHandler(rt))

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,9 +80,10 @@ func newTestApp(t *testing.T, e *idem.Engine, cfg idemfiber.Config, app *fiber.A
 		<-a.gate
 		return c.SendString("slow")
 	}))
-	app.Post("/optional", cfg.Middleware(e, idem.Optional()), counted(func(c fiber.Ctx) error { return c.Status(201).SendString("/optional") }))
-	app.Post("/skip", cfg.Middleware(e, idem.Skip()), counted(func(c fiber.Ctx) error { return c.Status(201).SendString("/skip") }))
-	app.Post("/ttl", cfg.Middleware(e, idem.TTL(time.Minute)), counted(func(c fiber.Ctx) error { return c.Status(201).SendString("/ttl") }))
+	with := func(o idem.RouteOption) []idem.HTTPOption { return append(slices.Clone(opts), o) }
+	app.Post("/optional", cfg.Middleware(e, with(idem.Optional())...), counted(func(c fiber.Ctx) error { return c.Status(201).SendString("/optional") }))
+	app.Post("/skip", cfg.Middleware(e, with(idem.Skip())...), counted(func(c fiber.Ctx) error { return c.Status(201).SendString("/skip") }))
+	app.Post("/ttl", cfg.Middleware(e, with(idem.TTL(time.Minute))...), counted(func(c fiber.Ctx) error { return c.Status(201).SendString("/ttl") }))
 	app.Get("/orders/:id", mw, func(c fiber.Ctx) error { return c.SendString("get") })
 	a.addr = listen(t, app)
 	return a
