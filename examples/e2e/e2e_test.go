@@ -229,12 +229,14 @@ func TestFixtureBadFlags(t *testing.T) {
 		{"-max-response", "-5"},
 		{"-lease", "soon"},
 		{"-exactly-once"}, // the memory store has no transactions
-		{"-framework", "fiber", "-key-field", "request_id"}, // no Fiber equivalent
+		{"-framework", "fiber", "-key-field", "request_id"},        // no Fiber equivalent
+		{"-fingerprint", "json", "-fingerprint-ignore", "sent_at"}, // not a JSON Pointer
+		{"-key-field", "\xff"},                                     // not UTF-8
 	} {
 		cmd := exec.Command(filepath.Join(bin, "fixture"), args...)
 		out, _ := cmd.CombinedOutput()
-		if code := cmd.ProcessState.ExitCode(); code != 2 || len(out) == 0 {
-			t.Errorf("%q: exit %d, output %q; want 2 and a message", args, code, out)
+		if code := cmd.ProcessState.ExitCode(); code != 2 || len(out) == 0 || strings.Contains(string(out), "goroutine") {
+			t.Errorf("%q: exit %d, output %q; want 2 and a message, not a panic", args, code, out)
 		}
 	}
 }
