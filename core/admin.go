@@ -27,7 +27,9 @@ import (
 // "expires_at", "status", "body_size", "body_omitted", "fingerprint"}, or a
 // 404 problem (admin-not-found); DELETE answers 200 with {"deleted": bool}.
 // Both answer 501 when the store lacks the Getter or Deleter capability,
-// and 400 for a missing or malformed parameter; every error is a problem.
+// and 400 for a missing or malformed parameter; every error is a problem,
+// of a type under DefaultProblemTypeBase (WithProblemTypeBase is the
+// middleware's).
 func (e *Engine) AdminHandler() http.Handler {
 	return http.HandlerFunc(e.serveAdmin)
 }

@@ -26,8 +26,9 @@
 // a conflict or wait, keep the claim alive while the work runs, then
 // complete or release, and replay to retries.
 // [Engine.Start] gives a transport that lifecycle without a closure, with
-// [Call.Finish] or [Call.Release] to end it: the Fiber adapter and the
-// gRPC server interceptor are written on it.
+// [Call.Finish] or [Call.Release] to end it: the gRPC server interceptor
+// is written on it, and the Fiber adapter on [Policy.Start], which
+// finishes a call by the policy's HTTP options.
 //
 // # Outcomes
 //

@@ -20,7 +20,7 @@ import (
 // once they know the template.
 //
 // These requests go to next untouched, with w and r as given: a method the
-// engine does not protect; a route marked Skip; no key where the key is
+// policy does not protect (WithMethods); a route marked Skip; no key where the key is
 // optional; and a request whose w is, or wraps, the writer of a request
 // the engine already protects (middleware mounted twice: the outer policy
 // applies). Otherwise the request body is read (up to the cap) and replaced

@@ -12,7 +12,7 @@
 // Five instruments, from the meter named ScopeName:
 //
 //   - idempotency.requests, a counter (unit {request}): one per request
-//     with a method the engine protects (POST and PATCH by default; other
+//     with a method the middleware protects (POST and PATCH by default; other
 //     methods pass through unseen), with the attributes outcome (the idem.Outcome:
 //     executed, replayed, replayed_after_wait, released, conflict,
 //     wait_timeout, fingerprint_mismatch, missing_key, invalid_key,

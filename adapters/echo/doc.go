@@ -66,7 +66,7 @@
 // the context's original response carries what is finally sent (the
 // captured response, a replay or a problem), so Committed, Status and
 // Size are right for the middleware outside. The response is buffered,
-// stored, then sent; one that outgrows the engine's cap
+// stored, then sent; one that outgrows the middleware's cap
 // (idem.WithMaxResponseBody) or that the handler flushes is stored
 // without its body (or released, as a 5xx is) and streams through, and a
 // hijacked connection releases the key. The handler reads the request

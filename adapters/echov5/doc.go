@@ -78,7 +78,7 @@
 // carries what is finally sent (the captured response, a replay or a
 // problem), so middleware outside reads the right Committed, Status and
 // Size. The response is buffered, stored, then sent; one that outgrows
-// the engine's cap (idem.WithMaxResponseBody) or that the handler flushes
+// the middleware's cap (idem.WithMaxResponseBody) or that the handler flushes
 // is stored without its body (or released, as a 5xx is) and streams
 // through, and a hijacked connection releases the key. The handler reads
 // the request body as usual: the engine has read it for the fingerprint

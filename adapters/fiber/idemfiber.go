@@ -14,20 +14,20 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// ErrBadOption is wrapped by the error Middleware panics with when it is
-// given an engine it cannot serve; it wraps idem.ErrBadOption.
+// ErrBadOption, which wraps idem.ErrBadOption, is wrapped by the panic of
+// Middleware given a nil engine or options it cannot apply.
 var ErrBadOption = fmt.Errorf("idemfiber: %w", idem.ErrBadOption)
 
 // Config holds the Fiber equivalents of idem.WithNamespace and
 // idem.WithFingerprint, which need a *http.Request. The zero Config is
-// one namespace for all, and the engine's fingerprint.
+// one namespace for all, and the policy's fingerprint.
 type Config struct {
 	// Namespace returns the client's namespace (a tenant, a user), which
 	// scopes its keys; "" is the global one (403 under
 	// idem.WithRequiredNamespace). Nil means "" for every request.
 	Namespace func(c fiber.Ctx) string
 	// Fingerprint returns the request's fingerprint; a retry with the
-	// same key and another fingerprint gets 422. Nil: the engine's.
+	// same key and another fingerprint gets 422. Nil: the policy's.
 	Fingerprint func(c fiber.Ctx, body []byte) string
 }
 
@@ -52,10 +52,8 @@ func (cfg Config) Middleware(e *idem.Engine, opts ...idem.HTTPOption) fiber.Hand
 	}
 	p := e.Policy(opts...)
 	if names := p.RequestOptions(); len(names) > 0 {
-		panic(fmt.Errorf("%w: Fiber has no *http.Request for %s; leave them out and set "+
-			"idemfiber.Config's Namespace or Fingerprint instead (WithKeyField has no Fiber equivalent: send the key in the %s header; "+
-			"nor has RouteFunc: the route is c.Route().Path)",
-			ErrBadOption, strings.Join(names, ", "), p.KeyHeader()))
+		panic(fmt.Errorf("%w: Fiber has no *http.Request for %s; leave them out and set idemfiber.Config's Namespace or Fingerprint instead "+
+			"(WithKeyField has no Fiber equivalent: send the key in the %s header; nor has RouteFunc: the route is c.Route().Path)", ErrBadOption, strings.Join(names, ", "), p.KeyHeader()))
 	}
 	m := &middleware{e: e, p: p, cfg: cfg}
 	for k := range p.ReplayHeader(&idem.Response{Status: http.StatusNoContent}) {
@@ -78,7 +76,7 @@ type middleware struct {
 	e      *idem.Engine
 	p      *idem.Policy
 	cfg    Config
-	marker string // the engine's replay header
+	marker string // the policy's replay header
 }
 
 // protected marks, in c.Locals, a request a middleware already protects.
@@ -155,7 +153,7 @@ func (m *middleware) run(c fiber.Ctx, call *idem.Call) error {
 	return nil
 }
 
-// body reads the request body, up to the engine's cap, or returns a problem.
+// body reads the request body, up to the policy's cap, or returns a problem.
 func (m *middleware) body(c fiber.Ctx) ([]byte, *idem.Problem) {
 	limit, req := m.p.MaxRequestBody(), c.Request()
 	tooLarge := int64(req.Header.ContentLength()) > limit
@@ -176,7 +174,7 @@ func (m *middleware) body(c fiber.Ctx) ([]byte, *idem.Problem) {
 	return b, nil
 }
 
-// problem returns a problem the adapter answers itself, as the engine's.
+// problem returns a problem the adapter answers itself, as the policy's.
 func (m *middleware) problem(name string, status int, title, detail string) *idem.Problem {
 	return &idem.Problem{Type: m.p.ProblemType(name), Status: status, Title: title, Detail: detail}
 }

@@ -72,7 +72,7 @@
 // is sent lazily, so c.Status(201) with no body, c.AbortWithStatus and
 // WriteString are all captured, stored and replayed, and Written, Size,
 // Flush and Hijack behave as on Gin's writer. The response is buffered, stored, then sent; one that
-// outgrows the engine's cap (idem.WithMaxResponseBody) or that the
+// outgrows the middleware's cap (idem.WithMaxResponseBody) or that the
 // handler flushes is stored without its body (or released, as a 5xx is)
 // and streams through, and a hijacked connection releases the key. The
 // handler reads the request body as usual: the engine has read it for

@@ -221,7 +221,7 @@
 // engine stores one over its cap: its head alone, marked as without body
 // (store.Result.BodyOmitted), so that retries replay its status and
 // headers instead of running the handler again; the store logs a warning.
-// The completion never fails for its size. To keep every body the engine keeps, set
+// The completion never fails for its size. To keep every body the middleware keeps, give it
 // idem.WithMaxResponseBody below MaxResponseSize, less room for headers,
 // and an idem.WithStoreTimeout that covers writing the largest body (a
 // small server took seconds to write 16 MiB). A max_allowed_packet the

@@ -231,7 +231,7 @@ var errCharset = errors.New("mysqlstore: the connection's character sets disagre
 // stored as the engine stores one over its cap: its head alone, marked
 // as without body (store.Result.BodyOmitted), so that retries replay it
 // instead of running the handler again; the store logs a warning. To
-// keep every body the engine keeps, set idem.WithMaxResponseBody below
+// keep every body the middleware keeps, give it idem.WithMaxResponseBody below
 // it, less room for headers. A server whose max_allowed_packet is lowered
 // later takes effect for the store at its next New.
 func (s *Store) MaxResponseSize() int { return max(s.packet-packetReserve, 0) }
