@@ -252,6 +252,10 @@ func TestPolicyRoute(t *testing.T) {
 		if got := p.Route(tc.method, tc.route); got != tc.want {
 			t.Errorf("%s %s: %+v, want %+v", tc.method, tc.route, got, tc.want)
 		}
+		// Engine.Route, for transports that are not HTTP, decides the same.
+		if got := e.Route(tc.method, tc.route, ForRoute("POST", "/search", Optional()), ForRoute("POST", "/hook", Skip()), ForRoute("PATCH", "/x", TTL(time.Minute))); got != tc.want {
+			t.Errorf("Engine.Route %s %s: %+v, want %+v", tc.method, tc.route, got, tc.want)
+		}
 	}
 }
 

@@ -179,17 +179,11 @@ func (p *Policy) Route(method, route string) Route {
 // whether the operation is protected, whether it needs a key, how long
 // its result is kept.
 func (e *Engine) Route(method, route string, opts ...RouteOption) Route {
-	h := defaultHTTP
-	p := Policy{e: e, h: &h, required: true, retention: e.cfg.retention}
-	for _, o := range opts {
-		o.applyHTTP(&p)
+	hs := make([]HTTPOption, len(opts))
+	for i, o := range opts {
+		hs[i] = o
 	}
-	if q, ok := p.overrides[routeKey{strings.ToUpper(method), route}]; ok {
-		for _, o := range q {
-			o.applyHTTP(&p)
-		}
-	}
-	return Route{Skip: p.skip, Required: p.required, Retention: p.retention}
+	return e.Policy(hs...).Route(method, route)
 }
 
 // Serve runs next for r under the engine's default policy; see
