@@ -112,11 +112,8 @@ func WithJSONFingerprint(opts ...JSONOption) HTTPOption {
 // HTTP requests, not to Engine.Do. Default: the key comes only from the
 // header.
 func WithKeyField(name string) HTTPOption {
-	var err error
-	if name == "" || !utf8.ValidString(name) {
-		err = badOption("key field %q is not a valid JSON member name", name)
-	}
-	return mustHTTP(err, func(c *httpConfig) { c.keyField = name })
+	return mustHTTP(failIf(name == "" || !utf8.ValidString(name), "key field %q is not a valid JSON member name", name),
+		func(c *httpConfig) { c.keyField = name })
 }
 
 // jsonPointer is a parsed RFC 6901 JSON Pointer.

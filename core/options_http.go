@@ -51,6 +51,14 @@ type httpOption func(*httpConfig)
 
 func (o httpOption) applyHTTP(p *Policy) { o(p.h) }
 
+// failIf returns the bad-option error format describes when bad holds.
+func failIf(bad bool, format string, args ...any) error {
+	if bad {
+		return badOption(format, args...)
+	}
+	return nil
+}
+
 // mustHTTP returns set as an HTTPOption, or panics with the error of a
 // bad argument.
 func mustHTTP(err error, set func(*httpConfig)) HTTPOption {
@@ -63,23 +71,15 @@ func mustHTTP(err error, set func(*httpConfig)) HTTPOption {
 // WithKeyHeader sets the request header that carries the key.
 // Default: Idempotency-Key.
 func WithKeyHeader(name string) HTTPOption {
-	var err error
-	if !validHeaderName(name) {
-		err = badOption("key header %q is not a valid header name", name)
-	}
-	name = http.CanonicalHeaderKey(name)
-	return mustHTTP(err, func(c *httpConfig) { c.keyHeader = name })
+	return mustHTTP(failIf(!validHeaderName(name), "key header %q is not a valid header name", name),
+		func(c *httpConfig) { c.keyHeader = http.CanonicalHeaderKey(name) })
 }
 
 // WithReplayHeader sets the response header, with the value "true", that
 // marks a replayed response. Default: Idempotent-Replayed.
 func WithReplayHeader(name string) HTTPOption {
-	var err error
-	if !validHeaderName(name) {
-		err = badOption("replay header %q is not a valid header name", name)
-	}
-	name = http.CanonicalHeaderKey(name)
-	return mustHTTP(err, func(c *httpConfig) { c.replayHeader = name })
+	return mustHTTP(failIf(!validHeaderName(name), "replay header %q is not a valid header name", name),
+		func(c *httpConfig) { c.replayHeader = http.CanonicalHeaderKey(name) })
 }
 
 // WithMethods sets the methods the middleware protects. GET, HEAD, OPTIONS
@@ -111,11 +111,7 @@ func checkMethods(methods []string) ([]string, error) {
 // WithMaxRequestBody sets the largest request body the middleware reads,
 // in bytes; a larger body gets 413. Default: 1 MiB.
 func WithMaxRequestBody(n int64) HTTPOption {
-	var err error
-	if n <= 0 {
-		err = badOption("max request body %d is not positive", n)
-	}
-	return mustHTTP(err, func(c *httpConfig) { c.maxRequestBody = n })
+	return mustHTTP(failIf(n <= 0, "max request body %d is not positive", n), func(c *httpConfig) { c.maxRequestBody = n })
 }
 
 // WithMaxResponseBody sets the largest response body the middleware
@@ -123,22 +119,14 @@ func WithMaxRequestBody(n int64) HTTPOption {
 // stored as its status and headers with the body omitted; 0 stores no
 // body at all. Default: 1 MiB.
 func WithMaxResponseBody(n int) HTTPOption {
-	var err error
-	if n < 0 {
-		err = badOption("max response body %d is negative", n)
-	}
-	return mustHTTP(err, func(c *httpConfig) { c.maxResponseBody = n })
+	return mustHTTP(failIf(n < 0, "max response body %d is negative", n), func(c *httpConfig) { c.maxResponseBody = n })
 }
 
 // WithProblemTypeBase sets the prefix of the "type" URI in problem
 // responses; the problem's name (such as "conflict") is appended.
 // Default: DefaultProblemTypeBase.
 func WithProblemTypeBase(base string) HTTPOption {
-	var err error
-	if base == "" {
-		err = badOption("empty problem type base")
-	}
-	return mustHTTP(err, func(c *httpConfig) { c.problemBase = base })
+	return mustHTTP(failIf(base == "", "empty problem type base"), func(c *httpConfig) { c.problemBase = base })
 }
 
 // WithNamespace sets the function that names the client a request comes
@@ -147,11 +135,7 @@ func WithProblemTypeBase(base string) HTTPOption {
 // with the engine's WithRequiredNamespace). Default: global for every
 // request.
 func WithNamespace(fn func(*http.Request) string) HTTPOption {
-	var err error
-	if fn == nil {
-		err = badOption("nil namespace function")
-	}
-	return mustHTTP(err, func(c *httpConfig) { c.namespace = fn })
+	return mustHTTP(failIf(fn == nil, "nil namespace function"), func(c *httpConfig) { c.namespace = fn })
 }
 
 // WithFingerprint replaces the request fingerprint. fn gets the request and
@@ -162,11 +146,7 @@ func WithNamespace(fn func(*http.Request) string) HTTPOption {
 // a client-side load balancer). A service that serves different clients
 // by host scopes keys by it with WithNamespace.
 func WithFingerprint(fn func(r *http.Request, body []byte) string) HTTPOption {
-	var err error
-	if fn == nil {
-		err = badOption("nil fingerprint function")
-	}
-	return mustHTTP(err, func(c *httpConfig) { c.fingerprint = fn })
+	return mustHTTP(failIf(fn == nil, "nil fingerprint function"), func(c *httpConfig) { c.fingerprint = fn })
 }
 
 // WithReleaseRule replaces the rule that decides, from the handler's status
@@ -174,11 +154,7 @@ func WithFingerprint(fn func(r *http.Request, body []byte) string) HTTPOption {
 // runs again) rather than stored. Panics and hijacked connections always
 // release. Default: [DefaultReleaseRule].
 func WithReleaseRule(fn func(status int) bool) HTTPOption {
-	var err error
-	if fn == nil {
-		err = badOption("nil release rule")
-	}
-	return mustHTTP(err, func(c *httpConfig) { c.release = fn })
+	return mustHTTP(failIf(fn == nil, "nil release rule"), func(c *httpConfig) { c.release = fn })
 }
 
 // DefaultReleaseRule releases the key on 5xx and 429, the answers a client
@@ -223,9 +199,5 @@ func WithReplayedHeaders(names ...string) HTTPOption {
 // read from its router. Adapters know their router's template: use it
 // only where a route's keys must be scoped by something else.
 func RouteFunc(fn func(*http.Request) string) HTTPOption {
-	var err error
-	if fn == nil {
-		err = badOption("nil route function")
-	}
-	return mustHTTP(err, func(c *httpConfig) { c.routeFunc = fn })
+	return mustHTTP(failIf(fn == nil, "nil route function"), func(c *httpConfig) { c.routeFunc = fn })
 }
