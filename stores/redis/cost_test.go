@@ -75,7 +75,7 @@ func statsDelta(t *testing.T, c *redis.Client, run func()) serverStats {
 // counters move only with what the test does.
 func privateServer(t *testing.T) *redis.Client {
 	t.Helper()
-	srv := startServer(t, freePort(t, false))
+	srv := startServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -15,7 +15,7 @@ import (
 // about one that would as soon as maxmemory is set, and accepts
 // noeviction in silence.
 func TestEvictionPolicy(t *testing.T) {
-	srv := startServer(t, freePort(t, false))
+	srv := startServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	for _, tc := range []struct {
@@ -70,7 +70,7 @@ func TestEvictionPolicy(t *testing.T) {
 // managed services do, and on one that is not there: one warning, and
 // the Store works.
 func TestEvictionPolicyUnknown(t *testing.T) {
-	srv := startServer(t, freePort(t, false), "--rename-command", "CONFIG", "")
+	srv := startServer(t, "--rename-command", "CONFIG", "")
 	client := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	for name, c := range map[string]*redis.Client{"no CONFIG": client, "no server": offlineClient(t)} {

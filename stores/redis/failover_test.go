@@ -40,9 +40,9 @@ type sentinelDeployment struct {
 func startSentinels(t testing.TB, replicas int, conf ...string) *sentinelDeployment {
 	t.Helper()
 	d := &sentinelDeployment{}
-	d.primary = startServer(t, freePort(t, false), "--repl-diskless-sync-delay", "0")
+	d.primary = startServer(t, "--repl-diskless-sync-delay", "0")
 	for range replicas {
-		d.replicas = append(d.replicas, startServer(t, freePort(t, false),
+		d.replicas = append(d.replicas, startServer(t,
 			"--replicaof", "127.0.0.1", fmt.Sprint(d.primary.port), "--repl-diskless-sync-delay", "0"))
 	}
 	if replicas > 0 {
@@ -51,24 +51,14 @@ func startSentinels(t testing.TB, replicas int, conf ...string) *sentinelDeploym
 		_ = pc.Close()
 	}
 	for range 3 {
-		port := freePort(t, false)
-		dir := filepath.Join(t.TempDir(), fmt.Sprint("sentinel-", port))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		lines := []string{
-			fmt.Sprint("port ", port), "bind 127.0.0.1", "daemonize no",
-			"dir " + dir, "logfile " + filepath.Join(dir, "redis.log"),
-			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2", masterName, d.primary.port),
-		}
-		lines = append(lines, conf...)
-		path := filepath.Join(dir, "sentinel.conf")
-		if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		s := &server{t: t, port: port, dir: dir, args: []string{path, "--sentinel"}}
-		s.start()
-		t.Cleanup(s.kill)
+		s := launch(t, false, func(port int, dir string) []string {
+			lines := []string{
+				fmt.Sprint("port ", port), "bind 127.0.0.1", "daemonize no",
+				"dir " + dir, "logfile " + filepath.Join(dir, "redis.log"),
+				fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2", masterName, d.primary.port),
+			}
+			return []string{writeConf(t, dir, append(lines, conf...)), "--sentinel"}
+		})
 		d.sentinels = append(d.sentinels, s)
 		d.addrs = append(d.addrs, s.addr())
 	}

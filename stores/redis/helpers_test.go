@@ -1,10 +1,12 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -172,36 +174,80 @@ type server struct {
 	exit chan struct{}
 }
 
-// startServer runs redis-server on 127.0.0.1:port with extra args, in a
-// directory under t.TempDir(), and waits until it answers PING. The
+// startServer runs redis-server on a free loopback port with extra args,
+// in a directory under t.TempDir(), and waits until it answers PING. The
 // process is killed when the test ends, also on failure; the kernel kills
 // it too should the test binary die first.
-func startServer(t testing.TB, port int, extra ...string) *server {
+func startServer(t testing.TB, extra ...string) *server {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "redis-"+strconv.Itoa(port))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{
+	return launch(t, false, func(port int, dir string) []string {
+		return append(serverArgs(port, dir), extra...)
+	})
+}
+
+// serverArgs are the arguments of a test's redis-server: loopback, no
+// persistence, its log in dir.
+func serverArgs(port int, dir string) []string {
+	return []string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
-	}, extra...)
-	s := &server{t: t, port: port, dir: dir, args: args}
-	s.start()
-	t.Cleanup(s.kill)
-	return s
+	}
+}
+
+// launch starts a redis-server (or a Sentinel) on a free loopback port
+// (one whose cluster bus port is free too when bus is set), with the
+// arguments args gives for that port and a fresh directory, and kills it
+// when the test ends. freePort's port is free only until its listener
+// closes: another test's server, or an outgoing connection's ephemeral
+// port, can take it before the server binds it. launch then tries a
+// fresh port, up to five times.
+func launch(t testing.TB, bus bool, args func(port int, dir string) []string) *server {
+	t.Helper()
+	var err error
+	for range 5 {
+		port := freePort(t, bus)
+		dir := filepath.Join(t.TempDir(), "redis-"+strconv.Itoa(port))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s := &server{t: t, port: port, dir: dir, args: args(port, dir)}
+		if err = s.tryStart(); err == nil {
+			t.Cleanup(s.kill)
+			return s
+		}
+		if !errors.Is(err, errPortTaken) {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal(err)
+	return nil
 }
 
 func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
+// errPortTaken reports that another process holds the server's port.
+var errPortTaken = errors.New("port taken by another process")
+
+// start runs the server again on its port (after kill) and waits until it
+// answers PING, or fails the test.
 func (s *server) start() {
 	s.t.Helper()
+	if err := s.tryStart(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// tryStart runs the server and waits until it answers PING, and answers
+// it as this process: INFO's process_id is the child's. A server that
+// exits because its address is in use, or a port that another process
+// answers on, is errPortTaken.
+func (s *server) tryStart() error {
 	cmd := exec.Command(redisServerPath(s.t), s.args...)
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("starting redis-server on port %d: %v", s.port, err)
+		return fmt.Errorf("starting redis-server on port %d: %w", s.port, err)
 	}
 	s.cmd = cmd
 	s.exit = make(chan struct{})
@@ -212,23 +258,52 @@ func (s *server) start() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
+		info, err := c.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
-			return
+			if pid := infoField(info, "process_id"); pid != strconv.Itoa(cmd.Process.Pid) {
+				s.kill()
+				return fmt.Errorf("redis-server on port %d: process %s answers, not %d: %w", s.port, pid, cmd.Process.Pid, errPortTaken)
+			}
+			return nil
 		}
 		select {
 		case <-s.exit:
+			s.cmd = nil
 			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			s.t.Fatalf("redis-server on port %d exited: %s", s.port, log)
+			if bytes.Contains(log, []byte("Address already in use")) {
+				return fmt.Errorf("redis-server on port %d: %w", s.port, errPortTaken)
+			}
+			return fmt.Errorf("redis-server on port %d exited: %s", s.port, log)
 		default:
 		}
 		if time.Now().After(deadline) {
 			s.kill()
-			s.t.Fatalf("redis-server on port %d did not answer PING: %v", s.port, err)
+			return fmt.Errorf("redis-server on port %d did not answer PING: %v", s.port, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// writeConf writes a Sentinel's configuration lines to dir/sentinel.conf
+// and returns its path.
+func writeConf(t testing.TB, dir string, lines []string) string {
+	t.Helper()
+	path := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// infoField returns a field of an INFO reply, or "".
+func infoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // kill stops the server with SIGKILL and waits for it to exit.
@@ -268,20 +343,15 @@ func startClusterOf(t testing.TB, replicas int, nodeTimeout time.Duration) (*red
 	redisServerPath(t)
 	var addrs []string
 	nodes := map[string]*server{}
-	used := map[int]bool{}
 	for len(addrs) < 3*(1+replicas) {
-		port := freePort(t, true)
-		if used[port] || used[port+10000] || used[port-10000] {
-			continue
-		}
-		used[port] = true
-		dir := t.TempDir()
-		s := startServer(t, port,
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(port)+".conf"),
-			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
-			"--repl-diskless-sync-delay", "0",
-		)
+		s := launch(t, true, func(port int, dir string) []string {
+			return append(serverArgs(port, dir),
+				"--cluster-enabled", "yes",
+				"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(port)+".conf"),
+				"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
+				"--repl-diskless-sync-delay", "0",
+			)
+		})
 		addrs = append(addrs, s.addr())
 		nodes[s.addr()] = s
 	}
@@ -381,4 +451,20 @@ func headerBytes(h http.Header) []byte {
 // status and h: the one store.LegacyHead builds from the same parts.
 func httpHead(status int, h http.Header) []byte {
 	return store.LegacyHead(status, headerBytes(h))
+}
+
+// TestServerPortTaken: a server whose port another server holds is
+// errPortTaken, the case launch retries, not a server that answers PING.
+func TestServerPortTaken(t *testing.T) {
+	t.Parallel()
+	first := startServer(t)
+	dir := t.TempDir()
+	second := &server{t: t, port: first.port, dir: dir, args: serverArgs(first.port, dir)}
+	if err := second.tryStart(); !errors.Is(err, errPortTaken) {
+		second.kill()
+		t.Fatalf("a second server on port %d: %v, want errPortTaken", first.port, err)
+	}
+	if again := startServer(t); again.port == first.port {
+		t.Fatalf("launch gave the taken port %d", again.port)
+	}
 }

@@ -25,7 +25,7 @@ import (
 // INFO's used_memory over all of them, per record, and only checks a sane
 // bound: the figures depend on the Redis version and allocator.
 func TestMemoryPerRecord(t *testing.T) {
-	srv := startServer(t, freePort(t, false))
+	srv := startServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	s := newTestStore(t, client)

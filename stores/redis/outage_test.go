@@ -20,7 +20,7 @@ import (
 // same port and checks that the same Store, and its notifications,
 // recover by themselves.
 func TestOutage(t *testing.T) {
-	srv := startServer(t, freePort(t, false))
+	srv := startServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	s := newTestStore(t, client)
@@ -119,7 +119,7 @@ func TestOutage(t *testing.T) {
 // with this store: with Redis killed a request gets 503 within the
 // engine's store timeout, and once Redis is back requests run again.
 func TestEngineOutage(t *testing.T) {
-	srv := startServer(t, freePort(t, false))
+	srv := startServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	s := newTestStore(t, client)

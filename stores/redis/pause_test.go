@@ -26,7 +26,7 @@ type pausedRig struct {
 }
 
 func newPausedRig(t *testing.T) *pausedRig {
-	srv := startServer(t, freePort(t, false))
+	srv := startServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
 	admin := redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close(); _ = admin.Close() })

@@ -34,8 +34,8 @@ func startReplicated(t testing.TB) *replicated {
 	t.Helper()
 	// The primary sends its first snapshot at once instead of waiting 5 s
 	// for more replicas to join the transfer (repl-diskless-sync-delay).
-	p := startServer(t, freePort(t, false), "--repl-diskless-sync-delay", "0")
-	r := startServer(t, freePort(t, false), "--replicaof", "127.0.0.1", fmt.Sprint(p.port))
+	p := startServer(t, "--repl-diskless-sync-delay", "0")
+	r := startServer(t, "--replicaof", "127.0.0.1", fmt.Sprint(p.port))
 	rs := &replicated{
 		primary: p, replica: r,
 		client:        redis.NewClient(&redis.Options{Addr: p.addr(), ContextTimeoutEnabled: true}),

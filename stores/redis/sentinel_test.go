@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,41 +37,29 @@ const masterName = "mymaster"
 func startSentinelRig(t testing.TB) *sentinelRig {
 	t.Helper()
 	rig := &sentinelRig{t: t}
-	rig.primary = startServer(t, freePort(t, false), "--repl-diskless-sync-delay", "0")
+	rig.primary = startServer(t, "--repl-diskless-sync-delay", "0")
 	rig.link = conformance.NewProxy(t, rig.primary.addr())
 	_, linkPort, _ := net.SplitHostPort(rig.link.Addr())
-	rig.replica = startServer(t, freePort(t, false), "--replicaof", "127.0.0.1", linkPort, "--repl-diskless-sync-delay", "0")
+	rig.replica = startServer(t, "--replicaof", "127.0.0.1", linkPort, "--repl-diskless-sync-delay", "0")
 	pc := redis.NewClient(&redis.Options{Addr: rig.primary.addr(), ContextTimeoutEnabled: true})
 	waitInSync(t, pc, 1)
 	_ = pc.Close()
 
 	var addrs []string
 	for range 3 {
-		port := freePort(t, false)
-		dir := filepath.Join(t.TempDir(), fmt.Sprint("sentinel-", port))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		// A long failover-timeout: it is also how long Sentinel waits before
-		// it repoints a replica whose master address differs from its own
-		// view (+fix-slave-config), which would route the replica around
-		// the proxy.
-		conf := fmt.Sprintf(`port %d
-bind 127.0.0.1
-daemonize no
-dir %s
-logfile %s
-sentinel monitor %s 127.0.0.1 %d 2
-sentinel down-after-milliseconds %s 1000
-sentinel failover-timeout %s 60000
-`, port, dir, filepath.Join(dir, "redis.log"), masterName, rig.primary.port, masterName, masterName)
-		path := filepath.Join(dir, "sentinel.conf")
-		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		s := &server{t: t, port: port, dir: dir, args: []string{path, "--sentinel"}}
-		s.start()
-		t.Cleanup(s.kill)
+		s := launch(t, false, func(port int, dir string) []string {
+			// A long failover-timeout: it is also how long Sentinel waits
+			// before it repoints a replica whose master address differs
+			// from its own view (+fix-slave-config), which would route the
+			// replica around the proxy.
+			return []string{writeConf(t, dir, []string{
+				fmt.Sprint("port ", port), "bind 127.0.0.1", "daemonize no",
+				"dir " + dir, "logfile " + filepath.Join(dir, "redis.log"),
+				fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2", masterName, rig.primary.port),
+				fmt.Sprintf("sentinel down-after-milliseconds %s 1000", masterName),
+				fmt.Sprintf("sentinel failover-timeout %s 60000", masterName),
+			}), "--sentinel"}
+		})
 		rig.sentinels = append(rig.sentinels, s)
 		addrs = append(addrs, s.addr())
 	}
