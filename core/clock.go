@@ -47,6 +47,7 @@ type storeClock struct {
 	// measured: a clock that has since moved at another pace than the
 	// wall clock was moved by hand (a test's clock).
 	baseClock, baseWall time.Time
+	baseSlack           time.Duration // how long reading baseClock took (readClocks)
 }
 
 // clockTolerance is how far an engine clock may drift from the wall clock
@@ -138,13 +139,14 @@ func (e *Engine) syncClock(ctx context.Context, samples int) error {
 		best            time.Duration
 		bestRTT         time.Duration = -1
 		bestClock, wall time.Time
+		bestSlack       time.Duration
 		lastErr         error
 	)
 	for range samples {
 		sctx := e.storeCall(ctx, false)
-		t0, w0 := e.cfg.clock(), time.Now()
+		t0, w0, s0 := e.readClocks()
 		st, err := sc.src.Now(sctx)
-		t1, w1 := e.cfg.clock(), time.Now()
+		t1, w1, s1 := e.readClocks()
 		e.endCall(sctx, StoreNow, err, nil)
 		if err != nil {
 			lastErr = err
@@ -158,11 +160,11 @@ func (e *Engine) syncClock(ctx context.Context, samples int) error {
 			// move: its time is t0 all along, and the sample ranks by
 			// the real round trip.
 			rtt, offset = w1.Sub(w0), st.Sub(t0)
-		case absDur(rtt-w1.Sub(w0)) > clockTolerance(rtt):
+		case absDur(rtt-w1.Sub(w0)) > clockTolerance(rtt)+s0+s1:
 			continue // the engine's clock was moved during the sample
 		}
 		if bestRTT < 0 || rtt < bestRTT {
-			bestRTT, best, bestClock, wall = rtt, offset, t0, w0
+			bestRTT, best, bestClock, wall, bestSlack = rtt, offset, t0, w0, s0
 		}
 	}
 	sc.mu.Lock()
@@ -174,7 +176,7 @@ func (e *Engine) syncClock(ctx context.Context, samples int) error {
 		}
 		return lastErr
 	}
-	if sc.synced && absDur(bestClock.Sub(sc.baseClock)-wall.Sub(sc.baseWall)) > clockTolerance(wall.Sub(sc.baseWall)) {
+	if sc.synced && absDur(bestClock.Sub(sc.baseClock)-wall.Sub(sc.baseWall)) > clockTolerance(wall.Sub(sc.baseWall))+bestSlack+sc.baseSlack {
 		// The engine's clock was moved by hand since the last measurement
 		// (a test's clock jumping ahead): a new difference would undo the
 		// move. Keep the one measured before it, from now on.
@@ -182,8 +184,19 @@ func (e *Engine) syncClock(ctx context.Context, samples int) error {
 		return nil
 	}
 	sc.synced, sc.offset, sc.err = true, best, bestRTT/2
-	sc.baseClock, sc.baseWall = bestClock, wall
+	sc.baseClock, sc.baseWall, sc.baseSlack = bestClock, wall, bestSlack
 	return nil
+}
+
+// readClocks reads the engine's clock between two readings of the wall
+// clock: t is the engine's time, w the wall time just before it, and
+// slack how long the engine's clock took to read. A goroutine paused
+// between the readings (the scheduler, on a loaded machine) shifts t
+// against w by up to slack, which is not a clock moved by hand.
+func (e *Engine) readClocks() (t, w time.Time, slack time.Duration) {
+	w = time.Now()
+	t = e.cfg.clock()
+	return t, w, time.Since(w)
 }
 
 // ClockOffset reports how far the engine moves its clock to agree with

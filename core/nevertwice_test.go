@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -549,5 +550,29 @@ func TestStandingClockWithASlowStoreClock(t *testing.T) {
 	}
 	if w := post(h, "/", "k", ""); w.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry: %d, want the replay", w.Code)
+	}
+}
+
+// TestClockReadPaused: a goroutine paused between reading the engine's
+// clock and the wall clock (the scheduler on a loaded machine; here a
+// clock that returns 5 ms after it read the time, every other call) has
+// not seen its clock moved: the sample counts and the request runs. It
+// used to fail with 503, "the engine's clock moved during every sample".
+func TestClockReadPaused(t *testing.T) {
+	var calls atomic.Int64
+	paused := func() time.Time {
+		now := time.Now()
+		if calls.Add(1)%2 == 1 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return now
+	}
+	e, _ := newEngine(t, clockStore{newTestStore()}, WithClock(paused))
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	if w := post(h, "/", "k", ""); w.Code != http.StatusCreated {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if off, _, ok := e.ClockOffset(); !ok || absDur(off) > 50*time.Millisecond {
+		t.Errorf("ClockOffset = %v (%v), want about 0", off, ok)
 	}
 }
