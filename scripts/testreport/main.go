@@ -22,11 +22,13 @@ import (
 
 // event is one line of test2json output.
 type event struct {
-	Action  string
-	Package string
-	Test    string
-	Output  string
-	Elapsed float64
+	Action      string
+	Package     string
+	Test        string
+	Output      string
+	Elapsed     float64
+	ImportPath  string // of build-output events
+	FailedBuild string // of a package's fail event: the ImportPath whose build failed
 }
 
 func main() {
@@ -64,6 +66,7 @@ type report struct {
 	running  map[string]time.Time // package → when its first event came
 	done     int
 	output   map[string][]string // "pkg\x00Test" → its output lines
+	build    map[string][]string // build-output lines by ImportPath, until their package fails
 	failed   []string            // "pkg\x00Test", in order
 	skipped  []string            // "pkg Test: reason"
 	failures int
@@ -71,7 +74,7 @@ type report struct {
 }
 
 func newReport(w io.Writer, now func() time.Time) *report {
-	return &report{w: w, now: now, start: now(), running: map[string]time.Time{}, output: map[string][]string{}}
+	return &report{w: w, now: now, start: now(), running: map[string]time.Time{}, output: map[string][]string{}, build: map[string][]string{}}
 }
 
 // read consumes the event stream until EOF.
@@ -95,8 +98,19 @@ func (r *report) read(in io.Reader) error {
 func (r *report) add(ev event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if ev.Action == "build-output" {
+		// The compiler's or vet's messages (go test -vet=all), reported
+		// before the fail event that names their ImportPath.
+		r.build[ev.ImportPath] = append(r.build[ev.ImportPath], ev.Output)
+		return
+	}
 	if ev.Package == "" {
 		return
+	}
+	if ev.FailedBuild != "" {
+		id := ev.Package + "\x00"
+		r.output[id] = append(r.build[ev.FailedBuild], r.output[id]...)
+		delete(r.build, ev.FailedBuild)
 	}
 	if _, ok := r.running[ev.Package]; !ok && ev.Action != "pass" && ev.Action != "fail" && ev.Action != "skip" {
 		r.running[ev.Package] = r.now()

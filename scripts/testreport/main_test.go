@@ -24,6 +24,12 @@ const stream = `{"Action":"start","Package":"example.com/a"}
 {"Action":"start","Package":"example.com/d"}
 {"Action":"output","Package":"example.com/d","Output":"ok  \texample.com/d\t(cached)\n"}
 {"Action":"pass","Package":"example.com/d","Elapsed":0}
+{"ImportPath":"example.com/e [example.com/e.test]","Action":"build-output","Output":"# example.com/e\n"}
+{"ImportPath":"example.com/e [example.com/e.test]","Action":"build-output","Output":"./e.go:5:39: fmt.Sprintf format %d has arg \"x\" of wrong type string\n"}
+{"ImportPath":"example.com/e [example.com/e.test]","Action":"build-fail"}
+{"Action":"start","Package":"example.com/e"}
+{"Action":"output","Package":"example.com/e","Output":"FAIL\texample.com/e [build failed]\n"}
+{"Action":"fail","Package":"example.com/e","Elapsed":0,"FailedBuild":"example.com/e [example.com/e.test]"}
 {"Action":"output","Package":"example.com/c","Output":"?   \texample.com/c\t[no test files]\n"}
 {"Action":"skip","Package":"example.com/c","Elapsed":0}
 `
@@ -42,6 +48,8 @@ func TestReport(t *testing.T) {
 	for _, want := range []string{
 		"ok   example.com/a",
 		"FAIL example.com/b",
+		"FAIL example.com/e",
+		"./e.go:5:39: fmt.Sprintf format %d has arg \"x\" of wrong type string\nFAIL\texample.com/e [build failed]", // vet's message (go test -vet=all)
 		"ok   example.com/d                                    (cached)",
 		"--- FAIL: example.com/b TestBad\n    b_test.go:3: got 1, want 2",
 		"1 skipped:\n  example.com/a TestRedis: a_test.go:9: Redis at 127.0.0.1:6379 unreachable; set IDEM_TEST_REDIS_URL",
