@@ -28,13 +28,23 @@ import (
 
 var bin string // folder of the built example programs
 
+// buildFlags are go build's flags for the example programs: -race when
+// the tests run with it (race_test.go).
+var buildFlags []string
+
+// goBuild is the go build command for the example programs, with
+// buildFlags.
+func goBuild(args ...string) *exec.Cmd {
+	return exec.Command("go", append(append([]string{"build"}, buildFlags...), args...)...)
+}
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "idem-e2e-")
 	if err != nil {
 		panic(err)
 	}
 	bin = dir
-	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator),
+	build := goBuild("-o", dir+string(os.PathSeparator),
 		"github.com/idemkit/idem/examples/fixture",
 		"github.com/idemkit/idem/examples/nethttp",
 		"github.com/idemkit/idem/examples/chi",

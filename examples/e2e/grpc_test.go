@@ -31,7 +31,7 @@ func grpcBinaries(t *testing.T) {
 			"grpc-server": "github.com/idemkit/idem/examples/grpc/server",
 			"grpc-client": "github.com/idemkit/idem/examples/grpc/client",
 		} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput()
+			out, err := goBuild("-o", filepath.Join(bin, name), pkg).CombinedOutput()
 			if err != nil {
 				buildGRPCErr = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 				return

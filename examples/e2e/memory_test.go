@@ -19,6 +19,8 @@ import (
 // twice what is live, which the test logs.
 func TestMemoryFlood(t *testing.T) {
 	exe := filepath.Join(t.TempDir(), "memflood")
+	// Without -race (not goBuild): the race detector's shadow memory would
+	// dwarf the resident size this test measures.
 	if out, err := exec.Command("go", "build", "-o", exe, "github.com/idemkit/idem/examples/internal/memflood").CombinedOutput(); err != nil {
 		t.Fatalf("building memflood: %v\n%s", err, out)
 	}
