@@ -125,19 +125,29 @@ func TestReplayWritesNothing(t *testing.T) {
 	answers(5) // warm up: set hint bits, prepare the statement
 	versions := []string{rowVersion(t, s, scope, "done"), rowVersion(t, s, scope, "busy")}
 
-	const n = 100 // rounds; 3n claims
-	var replay walMark
-	for attempt := range 5 {
+	// Short windows of 20 rounds (60 claims, milliseconds), as many as 20
+	// seconds allow, until one is quiet: the other test packages share the
+	// server (an end-to-end test on PostgreSQL ran through five windows of
+	// 300 claims once), while a store that wrote on replay would show at
+	// least 60 records and transaction ids in every window.
+	const n = 20 // rounds per window; 3n claims
+	quiet := func(m walMark) bool { return m.records < n/4 && m.nextXid < n/4 && m.lsn < 8*n }
+	var replay, best walMark
+	deadline := time.Now().Add(20 * time.Second)
+	for attempt := 0; ; attempt++ {
 		m0 := mark(t, p)
 		answers(n)
 		replay = mark(t, p).sub(m0)
-		t.Logf("attempt %d: %d answered claims: %+v", attempt, 3*n, replay)
-		if replay.records < n/4 && replay.nextXid < n/4 && replay.lsn < 8*n {
+		if attempt == 0 || replay.records+replay.nextXid < best.records+best.nextXid {
+			best = replay
+		}
+		if quiet(replay) || time.Now().After(deadline) {
+			t.Logf("window %d: %d answered claims: %+v", attempt, 3*n, replay)
 			break
 		}
 	}
-	if replay.records >= n/4 || replay.nextXid >= n/4 || replay.lsn >= 8*n {
-		t.Errorf("%d answered claims wrote: %+v (every attempt)", 3*n, replay)
+	if !quiet(replay) {
+		t.Errorf("%d answered claims wrote: %+v at least (every window for 20 s)", 3*n, best)
 	}
 	after := []string{rowVersion(t, s, scope, "done"), rowVersion(t, s, scope, "busy")}
 	for i := range versions {
