@@ -55,7 +55,7 @@ func Drive(ctx context.Context, target string, d time.Duration) (int64, error) {
 					wg2.Wait()
 					err = firstErr(e1, e2)
 					recent.add(k)
-					sent.Add(1)
+					sent.Add(1) // the pair's second request; the first counts below
 				default:
 					k := newKey()
 					err = post(ctx, client, target, k, body(1))

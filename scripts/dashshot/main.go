@@ -38,7 +38,10 @@ func main() {
 	out := flag.String("o", "docs/dashboard.png", "the PNG to write")
 	flag.Parse()
 	for _, u := range []string{*prom, *drive} {
-		if err := loopback(u); u != "" && err != nil {
+		if u == "" {
+			continue // no -drive
+		}
+		if err := loopback(u); err != nil {
 			fail(err)
 		}
 	}

@@ -132,22 +132,19 @@ func TestReplayWritesNothing(t *testing.T) {
 	// least 60 records and transaction ids in every window.
 	const n = 20 // rounds per window; 3n claims
 	quiet := func(m walMark) bool { return m.records < n/4 && m.nextXid < n/4 && m.lsn < 8*n }
-	var replay, best walMark
+	var replay walMark
 	deadline := time.Now().Add(20 * time.Second)
 	for attempt := 0; ; attempt++ {
 		m0 := mark(t, p)
 		answers(n)
 		replay = mark(t, p).sub(m0)
-		if attempt == 0 || replay.records+replay.nextXid < best.records+best.nextXid {
-			best = replay
-		}
 		if quiet(replay) || time.Now().After(deadline) {
 			t.Logf("window %d: %d answered claims: %+v", attempt, 3*n, replay)
 			break
 		}
 	}
 	if !quiet(replay) {
-		t.Errorf("%d answered claims wrote: %+v at least (every window for 20 s)", 3*n, best)
+		t.Errorf("%d answered claims wrote: %+v (every window for 20 s)", 3*n, replay)
 	}
 	after := []string{rowVersion(t, s, scope, "done"), rowVersion(t, s, scope, "busy")}
 	for i := range versions {
