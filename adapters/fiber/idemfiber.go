@@ -215,7 +215,7 @@ func (m *middleware) fail(c fiber.Ctx, err error) error {
 }
 
 func send(c fiber.Ctx, p idem.Problem) error {
-	if c.Request().IsBodyStream() {
+	if req := c.Request(); req.IsBodyStream() && !drained(req.BodyStream()) {
 		c.RequestCtx().SetConnectionClose() // the rest of the body is not read
 	}
 	c.Set("Content-Type", "application/problem+json")
@@ -224,6 +224,14 @@ func send(c fiber.Ctx, p idem.Problem) error {
 		c.Set("Retry-After", strconv.Itoa(p.RetryAfter))
 	}
 	return c.Status(p.Status).Send(p.JSON())
+}
+
+// drained reads what is left of a streamed request body, up to 256 KiB
+// as net/http does: a connection closed with the client's body unread is
+// reset, and the client, still sending it, then loses the answer.
+func drained(r io.Reader) bool {
+	n, err := io.Copy(io.Discard, io.LimitReader(r, 256<<10+1))
+	return err == nil && n <= 256<<10
 }
 
 // headers returns the headers in h but those outer holds with the same
