@@ -81,7 +81,7 @@ func ParseHeader[B ~[]byte | ~string](b B) (http.Header, error) {
 		return nil, errHeader("unknown format version")
 	}
 	p = p[1:]
-	count, p, ok := uvarint(p)
+	count, p, ok := store.ReadUvarint(p)
 	if !ok || count > uint64(len(p)) {
 		return nil, errHeader("bad name count")
 	}
@@ -91,20 +91,20 @@ func ParseHeader[B ~[]byte | ~string](b B) (http.Header, error) {
 	all := make([]string, 0, count)
 	for range count {
 		var name string
-		if name, p, ok = chunk(p); !ok {
+		if name, p, ok = store.ReadChunk(p); !ok {
 			return nil, errHeader("bad name")
 		}
 		if _, dup := h[name]; dup {
 			return nil, errHeader(fmt.Sprintf("name %q given twice", name))
 		}
 		var nv uint64
-		if nv, p, ok = uvarint(p); !ok || nv > uint64(len(p)) {
+		if nv, p, ok = store.ReadUvarint(p); !ok || nv > uint64(len(p)) {
 			return nil, errHeader("bad value count")
 		}
 		start := len(all)
 		for range nv {
 			var v string
-			if v, p, ok = chunk(p); !ok {
+			if v, p, ok = store.ReadChunk(p); !ok {
 				return nil, errHeader("bad value")
 			}
 			all = append(all, v)
@@ -119,35 +119,4 @@ func ParseHeader[B ~[]byte | ~string](b B) (http.Header, error) {
 
 func errHeader(why string) error {
 	return fmt.Errorf("%w: malformed headers: %s", ErrCorruptRecord, why)
-}
-
-// uvarint reads an unsigned varint in its shortest encoding from the front
-// of s.
-func uvarint(s string) (uint64, string, bool) {
-	var x uint64
-	var shift uint
-	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
-		c := s[i]
-		if c < 0x80 {
-			if i == binary.MaxVarintLen64-1 && c > 1 {
-				return 0, "", false // overflows 64 bits
-			}
-			if c == 0 && i > 0 {
-				return 0, "", false // overlong: a trailing zero group
-			}
-			return x | uint64(c)<<shift, s[i+1:], true
-		}
-		x |= uint64(c&0x7f) << shift
-		shift += 7
-	}
-	return 0, "", false
-}
-
-// chunk reads a uvarint length and that many bytes from the front of s.
-func chunk(s string) (string, string, bool) {
-	n, rest, ok := uvarint(s)
-	if !ok || n > uint64(len(rest)) {
-		return "", "", false
-	}
-	return rest[:n], rest[n:], true
 }

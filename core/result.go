@@ -97,7 +97,7 @@ func decodeInto(resp *Response, res store.Result) error {
 	default:
 		return fmt.Errorf("%w: unknown result format %d", ErrCorruptRecord, res.Head[0])
 	}
-	status, rest, ok := uvarint(string(res.Head[1:]))
+	status, rest, ok := store.ReadUvarint(string(res.Head[1:]))
 	if !ok || status < MinStatus || status > MaxStatus {
 		return fmt.Errorf("%w: the result's status is not %d to %d", ErrCorruptRecord, MinStatus, MaxStatus)
 	}

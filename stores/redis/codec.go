@@ -217,39 +217,6 @@ func keepUntil(created, leaseEnd time.Time) time.Time {
 	return leaseEnd.Add(leaseEnd.Sub(created)) // Sub saturates; Add does not wrap
 }
 
-// uvarint reads an unsigned varint, in its shortest encoding, from the
-// front of s.
-func uvarint(s string) (uint64, string, bool) {
-	var x uint64
-	var shift uint
-	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
-		c := s[i]
-		if c < 0x80 {
-			if i == binary.MaxVarintLen64-1 && c > 1 {
-				return 0, "", false
-			}
-			if c == 0 && i > 0 {
-				// Overlong: the encoder never writes a trailing zero group,
-				// so every value has exactly one encoding.
-				return 0, "", false
-			}
-			return x | uint64(c)<<shift, s[i+1:], true
-		}
-		x |= uint64(c&0x7f) << shift
-		shift += 7
-	}
-	return 0, "", false
-}
-
-// chunk reads a uvarint length and that many bytes from the front of s.
-func chunk(s string) (string, string, bool) {
-	n, rest, ok := uvarint(s)
-	if !ok || n > uint64(len(rest)) {
-		return "", "", false
-	}
-	return rest[:n], rest[n:], true
-}
-
 // completedLease is what a completed record holds in place of the lease
 // end.
 const completedLease = "00000000000000000000"
@@ -293,7 +260,7 @@ func decodeRecord(v string) (store.Record, error) {
 	}
 	rest := v[offToken+int(n):]
 	var ok bool
-	if rec.Fingerprint, rest, ok = chunk(rest); !ok {
+	if rec.Fingerprint, rest, ok = store.ReadChunk(rest); !ok {
 		return rec, corrupt("bad fingerprint")
 	}
 	if rec.State == store.InProgress {
@@ -329,7 +296,7 @@ func decodeResult(s string) (store.Result, error) {
 		return res, corrupt("unknown result flags %#x", flags)
 	}
 	res.BodyOmitted = flags&flagOmitted != 0
-	head, rest, ok := chunk(s[1:])
+	head, rest, ok := store.ReadChunk(s[1:])
 	if !ok {
 		return res, corrupt("bad head length")
 	}
@@ -345,7 +312,7 @@ func decodeResult(s string) (store.Result, error) {
 // the header bytes, as it checks any Head.
 func decodeLegacy(s string) (store.Result, error) {
 	var res store.Result
-	status, rest, ok := uvarint(s)
+	status, rest, ok := store.ReadUvarint(s)
 	if !ok || status > math.MaxInt32 {
 		return res, corrupt("bad legacy response status")
 	}
@@ -360,7 +327,7 @@ func decodeLegacy(s string) (store.Result, error) {
 	res.BodyOmitted = flags&flagOmitted != 0
 	var h string
 	if flags&flagHeader != 0 {
-		if h, rest, ok = chunk(rest); !ok {
+		if h, rest, ok = store.ReadChunk(rest); !ok {
 			return res, corrupt("bad legacy header length")
 		}
 		if h == "" {
