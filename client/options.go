@@ -1,11 +1,12 @@
 package idemclient
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
+
+	idem "github.com/idemkit/idem/core"
 )
 
 // Defaults of the transport's options.
@@ -21,8 +22,9 @@ const (
 )
 
 // ErrBadOption is wrapped by every error New, NewClient and NewRetryPolicy
-// return for a bad option.
-var ErrBadOption = errors.New("idemclient: bad option")
+// return for a bad option. It wraps idem.ErrBadOption, as every idem
+// module's does.
+var ErrBadOption = fmt.Errorf("idemclient: %w", idem.ErrBadOption)
 
 // An Option configures a Transport. Options are applied in order; a nil
 // Option is ignored. Each documents its default.
