@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 	"weak"
 
+	idem "github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/store"
 )
 
@@ -37,6 +39,21 @@ const sweepBatch = 1024
 // or reaches the end of its lease.
 var ErrFull = errors.New("memstore: full: every entry is a request in progress")
 
+// ErrBadOption is wrapped by the panic of an option given a value it
+// cannot mean: a negative bound or interval. It wraps idem.ErrBadOption.
+// New returns no error, so the With* functions check their argument where
+// they are called and panic, as idem's HTTP options do: like a bad pattern
+// given to http.ServeMux, it is a mistake in the program.
+var ErrBadOption = fmt.Errorf("memstore: %w", idem.ErrBadOption)
+
+// mustNotBeNegative panics with an error wrapping ErrBadOption when v is
+// negative.
+func mustNotBeNegative[T int | int64 | time.Duration](what string, v T) {
+	if v < 0 {
+		panic(fmt.Errorf("%w: %s %v is negative; 0 turns it off", ErrBadOption, what, v))
+	}
+}
+
 var (
 	_ store.Store          = (*Store)(nil)
 	_ store.Getter         = (*Store)(nil)
@@ -58,7 +75,8 @@ type config struct {
 }
 
 // WithMaxEntries sets how many records the store holds at most; the default
-// is [DefaultMaxEntries]. A value of zero or less removes the limit.
+// is [DefaultMaxEntries]. Zero removes the limit; a negative value panics
+// (see [ErrBadOption]).
 //
 // When the store is full, a claim on a new key first evicts one record,
 // judging expiry at the claim's Now:
@@ -74,27 +92,31 @@ type config struct {
 // Claim returns [ErrFull]. Size the store for the requests in flight plus
 // the completed records you want to keep for their whole retention.
 func WithMaxEntries(n int) Option {
+	mustNotBeNegative("max entries", n)
 	return func(c *config) { c.maxEntries = n }
 }
 
 // WithMaxBytes sets how many bytes of results (heads and bodies) the store
-// keeps at most; the default is [DefaultMaxBytes]. A value of zero or less
-// removes the limit. A completion that would pass it first evicts, in the
-// order of [WithMaxEntries] (expired records, then the completed records
-// closest to expiry, never a live claim); a result larger than the whole
-// budget is stored without its body (store.Result.BodyOmitted, its Head
-// kept), as the engine stores one over its response cap.
+// keeps at most; the default is [DefaultMaxBytes]. Zero removes the limit;
+// a negative value panics (see [ErrBadOption]). A completion that would
+// pass it first evicts, in the order of [WithMaxEntries] (expired records,
+// then the completed records closest to expiry, never a live claim); a
+// result larger than the whole budget is stored without its body
+// (store.Result.BodyOmitted, its Head kept), as the engine stores one over
+// its response cap.
 func WithMaxBytes(n int64) Option {
+	mustNotBeNegative("max bytes", n)
 	return func(c *config) { c.maxBytes = n }
 }
 
 // WithSweepInterval sets how often a background goroutine removes expired
 // records; the default is [DefaultSweepInterval]. The sweeper compares
 // ExpiresAt with the store's clock (see [WithClock]), since no caller's
-// time is at hand. A value of zero or less disables it: expired records
-// then stay until they are claimed again, evicted, or removed by
-// DeleteExpired.
+// time is at hand. Zero disables it: expired records then stay until they
+// are claimed again, evicted, or removed by DeleteExpired. A negative
+// value panics (see [ErrBadOption]).
 func WithSweepInterval(d time.Duration) Option {
+	mustNotBeNegative("sweep interval", d)
 	return func(c *config) { c.sweepInterval = d }
 }
 

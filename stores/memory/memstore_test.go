@@ -707,3 +707,26 @@ func BenchmarkClaimReplayParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestBadOptions checks that every option refuses a negative value where
+// it is given, with a panic whose error wraps idem.ErrBadOption and names
+// the option, and that zero (no limit, no sweeper) is accepted.
+func TestBadOptions(t *testing.T) {
+	for name, opt := range map[string]func(){
+		"max entries":    func() { memstore.WithMaxEntries(-1) },
+		"max bytes":      func() { memstore.WithMaxBytes(-1) },
+		"sweep interval": func() { memstore.WithSweepInterval(-time.Second) },
+	} {
+		func() {
+			defer func() {
+				err, _ := recover().(error)
+				if !errors.Is(err, memstore.ErrBadOption) || !errors.Is(err, idem.ErrBadOption) || !strings.Contains(err.Error(), name) {
+					t.Errorf("%s: panic %v, want an error wrapping memstore.ErrBadOption and idem.ErrBadOption that names it", name, err)
+				}
+			}()
+			opt()
+		}()
+	}
+	s := memstore.New(memstore.WithMaxEntries(0), memstore.WithMaxBytes(0), memstore.WithSweepInterval(0))
+	s.Close()
+}
