@@ -338,7 +338,7 @@ func TestAdminHandler(t *testing.T) {
 
 func TestLoadgen(t *testing.T) {
 	p := start(t, "chi")
-	for _, keys := range []string{"unique", "hot"} {
+	for _, keys := range []string{"unique", "hot", "replay80"} {
 		out, err := exec.Command(filepath.Join(bin, "loadgen"), "-url", p.url+"/orders", "-keys", keys,
 			"-duration", "300ms", "-concurrency", "4").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "201:") || strings.Contains(string(out), "errors 0,") == false {
@@ -429,7 +429,7 @@ func storeArgs(t *testing.T, store string) []string {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if db, err := sql.Open("mysql", dsn); err == nil {
-				for _, t := range []string{table + "_payments", table + "_orders", table} { // the orders examples' tables too
+				for _, t := range []string{table + "_payments", table + "_orders", table + "_floor", table} { // the orders examples' and the floor's tables too
 					db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+t+"`")
 				}
 				db.Close()
@@ -443,7 +443,7 @@ func storeArgs(t *testing.T, store string) []string {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if conn, err := pgx.Connect(ctx, u); err == nil {
-				for _, t := range []string{table + "_payments", table + "_orders", table} { // the orders examples' tables too
+				for _, t := range []string{table + "_payments", table + "_orders", table + "_floor", table} { // the orders examples' and the floor's tables too
 					conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{t}.Sanitize())
 				}
 				conn.Close(ctx)
