@@ -42,18 +42,13 @@ const headerFormat = 1
 // AppendHeader appends h in the header wire format to b. Names are written
 // sorted, so equal headers encode to equal bytes.
 func AppendHeader(b []byte, h http.Header) []byte {
-	size := 1 + binary.MaxVarintLen64
 	var scratch [16]string
 	names := scratch[:0]
-	for name, vals := range h {
+	for name := range h {
 		names = append(names, name)
-		size += 2*binary.MaxVarintLen64 + len(name)
-		for _, v := range vals {
-			size += binary.MaxVarintLen64 + len(v)
-		}
 	}
 	slices.Sort(names)
-	b = slices.Grow(b, size)
+	b = slices.Grow(b, headerSize(h))
 	b = append(b, headerFormat)
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, name := range names {
@@ -67,6 +62,18 @@ func AppendHeader(b []byte, h http.Header) []byte {
 		}
 	}
 	return b
+}
+
+// headerSize bounds the bytes AppendHeader appends for h.
+func headerSize(h http.Header) int {
+	size := 1 + binary.MaxVarintLen64
+	for name, vals := range h {
+		size += 2*binary.MaxVarintLen64 + len(name)
+		for _, v := range vals {
+			size += binary.MaxVarintLen64 + len(v)
+		}
+	}
+	return size
 }
 
 // ParseHeader decodes the header wire format (see AppendHeader) from a

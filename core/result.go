@@ -53,9 +53,10 @@ func encodeResult(resp *Response) store.Result {
 			res.Head = AppendHeader(append([]byte(nil), res.Head...), resp.Header)
 		}
 	default:
-		head := binary.AppendUvarint(append(make([]byte, 0, 64), headHTTP), uint64(resp.Status))
+		head := make([]byte, 0, 1+binary.MaxVarintLen64+headerSize(resp.Header))
+		head = binary.AppendUvarint(append(head, headHTTP), uint64(resp.Status))
 		n := len(head)
-		head = AppendHeader(head, resp.Header)
+		head = AppendHeader(head, resp.Header) // in place: no second allocation
 		if len(head) > store.MaxHead {
 			head = append(head[:n], headerFormat, 0)
 			res.Body, res.BodyOmitted = nil, true

@@ -631,16 +631,31 @@ func (s *Store) notify(k store.Ref) {
 
 // storedResult returns the result Complete keeps: a copy of r's Head and
 // Body of the store's own, so that nothing the caller does to that memory
-// afterwards reaches a replay. An empty Body is kept as nil. Head and Body
-// are two allocations: in one, a body of a whole number of pages (64 KiB)
-// would take a page more for its few head bytes.
+// afterwards reaches a replay. An empty Body is kept as nil. A small
+// result (up to oneAlloc bytes, where Go's size classes are close
+// together) takes one allocation for both; a larger one takes two, since
+// in one a body of a whole number of pages (64 KiB) would take a page more
+// for its few head bytes.
 func storedResult(r *store.Result) store.Result {
-	c := store.Result{Head: bytes.Clone(r.Head), BodyOmitted: r.BodyOmitted}
+	if len(r.Head)+len(r.Body) > oneAlloc {
+		c := store.Result{Head: bytes.Clone(r.Head), BodyOmitted: r.BodyOmitted}
+		if len(r.Body) > 0 {
+			c.Body = bytes.Clone(r.Body)
+		}
+		return c
+	}
+	buf := make([]byte, len(r.Head)+len(r.Body))
+	n := copy(buf, r.Head)
+	c := store.Result{Head: buf[:n:n], BodyOmitted: r.BodyOmitted}
 	if len(r.Body) > 0 {
-		c.Body = bytes.Clone(r.Body)
+		c.Body = buf[n:]
+		copy(c.Body, r.Body)
 	}
 	return c
 }
+
+// oneAlloc is the largest result storedResult copies in one allocation.
+const oneAlloc = 32 << 10
 
 // resultSize is what r counts against the byte budget: its head and body
 // bytes.
