@@ -22,7 +22,7 @@ var redoCounters = []string{"Innodb_log_writes", "Innodb_data_fsyncs"}
 // leave its flush to the completion, as pgxstore.WithAsyncClaims does on
 // PostgreSQL. The counters are the server's, shared with other sessions,
 // which can only add to them: each kind is measured in windows of n
-// requests, one after another on one connection, for up to 20 s, and the
+// requests, one at a time, for up to 20 s, and the
 // quietest window counts.
 func TestRedoPerRequest(t *testing.T) {
 	db := newDB(t, 4)
