@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	idem "github.com/idemkit/idem/core"
 )
 
 // TestAnswers runs one request against a server that answers the first
@@ -620,8 +622,8 @@ func TestOptions(t *testing.T) {
 		"negative backoff":    WithBackoff(-time.Second, time.Second),
 		"empty replay header": WithReplayHeader(""),
 	} {
-		if _, err := New(nil, o); !errors.Is(err, ErrBadOption) {
-			t.Errorf("%s: error %v, want ErrBadOption", name, err)
+		if _, err := New(nil, o); !errors.Is(err, ErrBadOption) || !errors.Is(err, idem.ErrBadOption) {
+			t.Errorf("%s: error %v, want ErrBadOption, which wraps idem.ErrBadOption", name, err)
 		}
 		if _, err := NewClient(o); !errors.Is(err, ErrBadOption) {
 			t.Errorf("%s: NewClient error %v, want ErrBadOption", name, err)

@@ -42,13 +42,18 @@ const headerFormat = 1
 // AppendHeader appends h in the header wire format to b. Names are written
 // sorted, so equal headers encode to equal bytes.
 func AppendHeader(b []byte, h http.Header) []byte {
+	return appendHeader(slices.Grow(b, headerSize(h)), h)
+}
+
+// appendHeader is AppendHeader into b, which has room for h (headerSize):
+// it appends without growing b.
+func appendHeader(b []byte, h http.Header) []byte {
 	var scratch [16]string
 	names := scratch[:0]
 	for name := range h {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	b = slices.Grow(b, headerSize(h))
 	b = append(b, headerFormat)
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, name := range names {

@@ -56,7 +56,7 @@ func encodeResult(resp *Response) store.Result {
 		head := make([]byte, 0, 1+binary.MaxVarintLen64+headerSize(resp.Header))
 		head = binary.AppendUvarint(append(head, headHTTP), uint64(resp.Status))
 		n := len(head)
-		head = AppendHeader(head, resp.Header) // in place: no second allocation
+		head = appendHeader(head, resp.Header) // in place: no second allocation
 		if len(head) > store.MaxHead {
 			head = append(head[:n], headerFormat, 0)
 			res.Body, res.BodyOmitted = nil, true

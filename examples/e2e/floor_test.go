@@ -28,6 +28,7 @@ func TestFloor(t *testing.T) {
 			if store != "memory" {
 				args = storeArgs(t, store)
 			}
+			args = append(args, "-store-timeout", "10s") // a loaded CI machine answers slowly, not wrongly
 			floor := start(t, "fixture", append([]string{"-floor"}, args...)...)
 			idem := start(t, "fixture", append([]string{"-framework", "nethttp"}, args...)...)
 			out, err := exec.Command(filepath.Join(bin, "loadgen"), "-compare", floor.url+"/echo,"+idem.url+"/echo",

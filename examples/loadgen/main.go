@@ -7,9 +7,9 @@
 //
 // With -keys unique every request has a new key (every request runs the
 // handler); with -keys hot they all share one (the first runs, the rest
-// are replays); with -keys replay80 four requests in five repeat a key
-// that the same worker already sent and got an answer for (a replay), with
-// the same body, and the fifth has a new key; with -keys none no request
+// are replays); with -keys replay80 four requests in five repeat, with the
+// same body, a key the same worker already sent and got a 2xx answer for
+// (one of the first 64 such keys), and the fifth has a new key; with -keys none no request
 // has one (the baseline of a route whose key is optional). A repeated key
 // carries the header Loadgen-Replay: true, which only the fixture's
 // -floor server reads. It refuses any host that is not loopback.

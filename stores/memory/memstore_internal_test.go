@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -198,6 +199,35 @@ func checkClaim(t *testing.T, step int, key string, now time.Time, before, after
 		if !g.ExpiresAt.Equal(victim.ExpiresAt) || (now.Before(g.ExpiresAt) != now.Before(victim.ExpiresAt)) {
 			t.Fatalf("step %d: evicted %q (%v, expires %v), want %q (%v, expires %v) at %v",
 				step, g.k.Key, g.State, g.ExpiresAt, victim.k.Key, victim.State, victim.ExpiresAt, now)
+		}
+	}
+}
+
+// TestStoredResultCopies: the stored result is the store's own copy, in
+// one allocation when small and in two past oneAlloc, and growing its Head
+// (a caller appending to what it got back) never reaches its Body.
+func TestStoredResultCopies(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		body   int
+		allocs float64
+	}{
+		{"small", 1 << 10, 1},
+		{"empty body", 0, 1},
+		{"past oneAlloc", oneAlloc, 2},
+	} {
+		in := store.Result{Head: []byte("\x01head"), Body: bytes.Repeat([]byte("b"), tc.body)}
+		var out store.Result
+		if n := testing.AllocsPerRun(20, func() { out = storedResult(&in) }); n != tc.allocs {
+			t.Errorf("%s: %v allocations, want %v", tc.name, n, tc.allocs)
+		}
+		if tc.body == 0 && out.Body != nil {
+			t.Errorf("%s: an empty body is kept as %q, want nil", tc.name, out.Body)
+		}
+		in.Head[1], in.Body = 'X', nil // the caller reuses its memory
+		grown := append(out.Head, "more"...)
+		if string(out.Head) != "\x01head" || string(grown) != "\x01headmore" || len(out.Body) != tc.body || bytes.ContainsRune(out.Body, 'm') {
+			t.Errorf("%s: head %q, body of %d bytes after the caller changed its own and grew the head", tc.name, out.Head, len(out.Body))
 		}
 	}
 }
