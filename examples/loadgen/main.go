@@ -9,10 +9,11 @@
 // handler); with -keys hot they all share one (the first runs, the rest
 // are replays); with -keys replay80 four requests in five repeat, with the
 // same body, a key the same worker already sent and got a 2xx answer for
-// (one of the first 64 such keys), and the fifth has a new key; with -keys none no request
-// has one (the baseline of a route whose key is optional). A repeated key
-// carries the header Loadgen-Replay: true, which only the fixture's
-// -floor server reads. It refuses any host that is not loopback.
+// (one of the first 64 such keys), and the fifth has a new key; with
+// -keys none no request has one (the baseline of a route whose key is
+// optional). A repeated key carries the header Loadgen-Replay: true,
+// which only the fixture's -floor server reads. It refuses any host that
+// is not loopback.
 //
 // With -compare it measures several servers side by side on a shared,
 // noisy machine: it runs each URL for -duration in turn, -rounds times,
