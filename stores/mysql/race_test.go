@@ -63,9 +63,10 @@ func noDeadlocks(t *testing.T, db *sql.DB) { fewDeadlocks(t, db, 0) }
 
 // fewDeadlocks is noDeadlocks allowing up to max victims, each of which
 // the store ran again. Claims racing with the sweeper on a loaded machine
-// were victims 7 times in one run of 7,120 claims (the other runs: none),
-// which the design below (doc.go, "Round trips and locks") does not explain; the races
-// tests bound it rather than forbid it, and still check every outcome.
+// were victims 7 times in one run of 7,120 claims (none in other runs),
+// which the package docs' design ("Round trips and locks") does not
+// explain: the sweeper tests bound it rather than forbid it, and still
+// check every outcome.
 func fewDeadlocks(t *testing.T, db *sql.DB, max int64) {
 	t.Helper()
 	before := deadlockRetries.Load()

@@ -697,8 +697,8 @@ func (s *Store) Sweep(ctx context.Context, interval time.Duration) error {
 // exec runs a statement that changes rows and returns how many it
 // changed, running it again if InnoDB chose it as a deadlock victim
 // (which rolls it back): another application's transactions on the
-// table, or rarely the sweeper (see the package docs, "Round trips and locks"), can cause
-// it.
+// table can cause it, and, rarely, the sweeper (see the package docs,
+// "Round trips and locks").
 func (s *Store) exec(ctx context.Context, q string) (int64, error) {
 	for i := 1; ; i++ {
 		res, err := s.db.ExecContext(ctx, q)
