@@ -106,7 +106,8 @@ type flight struct {
 	leaseEnd              atomic.Int64 // the claim's lease end as last set (claim, heartbeat), Unix ns on the engine's clock
 	lost                  atomic.Bool  // a beat found the claim lost
 
-	lf        *localFlight // this flight's hold on its key in the process, until it settles
+	lf        *localFlight // this flight's hold on its key in the process (&held), until it settles
+	held      localFlight  // lf's storage, saving an allocation; waiters may keep it past the flight
 	tx        store.Tx     // the exactly-once transaction, while it is open
 	completed bool         // Complete (not a transaction) stored the record
 	pending   *task

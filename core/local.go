@@ -44,7 +44,8 @@ func (l *localFlights) add(f *flight) {
 	if l.m == nil {
 		l.m = make(map[localKey]*localFlight)
 	}
-	f.lf = &localFlight{fp: f.fp, leaseEnd: &f.leaseEnd}
+	f.held = localFlight{fp: f.fp, leaseEnd: &f.leaseEnd}
+	f.lf = &f.held
 	l.m[k] = f.lf
 }
 
