@@ -45,14 +45,24 @@ func (f *flight) acquire() outcome {
 	if o, ok := f.cached(); ok {
 		return o
 	}
-	if o, ok := f.local(); ok {
-		return o
+	o, ok := f.local()
+	if !ok {
+		o = f.acquireStore()
 	}
-	o := f.acquireStore()
 	if o.verdict == acquired {
 		f.e.local.add(f)
 	}
 	return o
+}
+
+// waitDeadline starts f's wait, unless it has begun, and returns when it
+// ends: WithWait's limit counts once, from the first wait, whether f waits
+// on a flight of this process, on the store, or on one and then the other.
+func (f *flight) waitDeadline() time.Time {
+	if f.waitFrom.IsZero() {
+		f.waitFrom = time.Now()
+	}
+	return f.waitFrom.Add(f.e.cfg.wait)
 }
 
 // acquireStore is acquire's store part: claim, confirm, or decide from
@@ -200,14 +210,17 @@ func (f *flight) retryAfter(rec *record) time.Duration {
 
 // wait waits for the claim that holds the key to finish, then claims
 // again: a replay, this flight's own claim (the first released), or, when
-// the wait limit or the caller's context ends first, in flight.
+// the wait limit or the caller's context ends first, in flight. While
+// this process retries the key's completion in the background it does not
+// claim at all: the claim's lease may run out meanwhile, and taking it
+// over would run the work beside the answer already sent.
 func (f *flight) wait(rec *record) outcome {
 	e := f.e
-	wstart := time.Now()
-	defer func() { f.ev.Waited = time.Since(wstart) }()
-	deadline := time.NewTimer(e.cfg.wait)
+	end := f.waitDeadline()
+	defer func() { f.ev.Waited = time.Since(f.waitFrom) }()
+	deadline := time.NewTimer(time.Until(end))
 	defer deadline.Stop()
-	wctx, cancel := context.WithTimeout(f.ctx, e.cfg.wait)
+	wctx, cancel := context.WithDeadline(f.ctx, end)
 	defer cancel()
 	bo := backoff{10 * time.Millisecond, 500 * time.Millisecond}
 	// One watch serves until it fires: a store may write to register it
@@ -221,24 +234,26 @@ func (f *flight) wait(rec *record) outcome {
 				wake, stop = ch, s
 			}
 		}
-		// Look again now that the watch is in place, so a completion that
-		// happened before it is not missed.
-		res, err := f.claim()
-		switch {
-		case err != nil && f.ctx.Err() != nil:
-			return f.storeFailure(err) // canceled
-		case err != nil:
-			// The key is known to be in flight: never run unprotected
-			// beside it, even with fail open.
-			f.ev.Err = err
-			f.ev.Outcome = OutcomeWaitTimeout
-			return outcome{verdict: inFlight, rec: rec}
-		case res.Acquired:
-			return outcome{verdict: acquired}
-		}
-		rec = res.Existing
-		if rec.State != store.InProgress || !f.sameRequest(rec.Fingerprint) {
-			return f.existing(rec, true)
+		if !e.bg.completing(f.scope, f.key) {
+			// Look again now that the watch is in place, so a completion
+			// that happened before it is not missed.
+			res, err := f.claim()
+			switch {
+			case err != nil && f.ctx.Err() != nil:
+				return f.storeFailure(err) // canceled
+			case err != nil:
+				// The key is known to be in flight: never run unprotected
+				// beside it, even with fail open.
+				f.ev.Err = err
+				f.ev.Outcome = OutcomeWaitTimeout
+				return outcome{verdict: inFlight, rec: rec}
+			case res.Acquired:
+				return f.confirm()
+			}
+			rec = res.Existing
+			if rec.State != store.InProgress || !f.sameRequest(rec.Fingerprint) {
+				return f.existing(rec, true)
+			}
 		}
 		poll := time.NewTimer(bo.d)
 		select {

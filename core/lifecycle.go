@@ -119,8 +119,9 @@ type flight struct {
 	ctxs [2]storeCtx
 	nctx int
 
-	start time.Time
-	ev    Event
+	start    time.Time
+	waitFrom time.Time // when the flight began to wait (wait mode), or zero
+	ev       Event
 }
 
 // hold names this flight's claim to the store.

@@ -120,8 +120,11 @@ func (l *localFlights) drop(f *flight) {
 }
 
 // local decides from the flight that holds the key in this process, if
-// any: ok false when there is none (or it settled without an answer to
-// replay), and the store is to be asked.
+// any: ok false when there is none, or its lease had ended, and the store
+// is to be asked. A wait on it that ends without an answer to replay (it
+// released the key, its lease ran out, or its answer is still on its way
+// to the store) goes on as a wait on the store, within the same limit, so
+// that it never runs unprotected or beside a pending completion.
 func (f *flight) local() (outcome, bool) {
 	e := f.e
 	lf := e.local.join(f.scope, f.key, e.cfg.wait > 0)
@@ -139,23 +142,23 @@ func (f *flight) local() (outcome, bool) {
 		f.ev.Outcome = OutcomeConflict
 		return outcome{verdict: inFlight, rec: lf.inProgress(f)}, true
 	}
-	wstart := time.Now()
-	defer func() { f.ev.Waited = time.Since(wstart) }()
-	deadline := time.NewTimer(e.cfg.wait)
+	end := f.waitDeadline()
+	defer func() { f.ev.Waited = time.Since(f.waitFrom) }()
+	deadline := time.NewTimer(time.Until(end))
 	defer deadline.Stop()
 	for {
 		// Wake at the lease end too: the heartbeat may have moved it;
 		// if not, the store decides.
 		left := time.Unix(0, lf.leaseEnd.Load()).Sub(e.clockNow())
 		if left <= 0 {
-			return outcome{}, false
+			return f.wait(lf.inProgress(f)), true
 		}
 		lease := time.NewTimer(left)
 		select {
 		case <-lf.done:
 			lease.Stop()
 			if lf.rec == nil {
-				return outcome{}, false // released, or its answer is still on its way to the store
+				return f.wait(lf.inProgress(f)), true
 			}
 			f.ev.Outcome = OutcomeReplayedAfterWait
 			return outcome{verdict: replay, rec: lf.rec}, true

@@ -576,3 +576,120 @@ func TestClockReadPaused(t *testing.T) {
 		t.Errorf("ClockOffset = %v (%v), want about 0", off, ok)
 	}
 }
+
+// TestLocalWaiterNeverRunsBesidePendingCompletion: a duplicate waiting on
+// this process's flight, when that flight ends with its completion still
+// pending (the store is down), must neither claim beside it nor, with fail
+// open, run unprotected.
+func TestLocalWaiterNeverRunsBesidePendingCompletion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newBlipStore()
+		e, _ := newEngine(t, s, WithWait(10*time.Second), WithFailOpen())
+		gate := make(chan struct{})
+		var runs atomic.Int32
+		mw := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				<-gate
+			}
+			w.WriteHeader(201)
+		}))
+		first := make(chan int)
+		go func() { first <- post(mw, "/", "k", "").Code }()
+		synctest.Wait()
+		waiter := make(chan int)
+		go func() { waiter <- post(mw, "/", "k", "").Code }()
+		synctest.Wait() // the duplicate waits on the local flight
+		s.set(true, "complete", "claim", "extend")
+		close(gate)
+		if code := <-first; code != 201 {
+			t.Errorf("first: %d, want 201", code)
+		}
+		if code := <-waiter; code != http.StatusConflict {
+			t.Errorf("waiter: %d, want 409 while the first's completion is pending", code)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want 1", n)
+		}
+		s.set(false, "complete", "claim", "extend")
+		time.Sleep(20 * time.Second)
+	})
+}
+
+// TestStoreWaiterNeverTakesOverPendingCompletion: a duplicate polling the
+// store in wait mode must not take over the claim of this process's
+// flight whose completion is still pending, once its lease has run out.
+func TestStoreWaiterNeverTakesOverPendingCompletion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newBlipStore()
+		e, _ := newEngine(t, s, WithWait(60*time.Second))
+		gate := make(chan struct{})
+		var runs atomic.Int32
+		mw := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				<-gate
+			}
+			w.WriteHeader(201)
+		}))
+		first := make(chan int)
+		go func() { first <- post(mw, "/", "k", "").Code }()
+		synctest.Wait()
+		waiter := make(chan int)
+		go func() { waiter <- post(mw, "/", "k", "").Code }()
+		synctest.Wait()
+		// The first ends with its completion pending; the waiter then
+		// polls the store, which holds the claim until its lease ends.
+		s.set(true, "complete", "extend")
+		close(gate)
+		if code := <-first; code != 201 {
+			t.Errorf("first: %d, want 201", code)
+		}
+		if code := <-waiter; code != http.StatusConflict {
+			t.Errorf("waiter: %d, want 409 while the first's completion is pending", code)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want 1", n)
+		}
+		s.set(false, "complete", "extend")
+		time.Sleep(20 * time.Second)
+	})
+}
+
+// TestWaitLimitCountsOnce: WithWait's limit is the whole wait, on the
+// local flight and then on the store together.
+func TestWaitLimitCountsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, _ := newEngine(t, newTestStore(), WithWait(10*time.Second))
+		var runs atomic.Int32
+		mw := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch runs.Add(1) {
+			case 1:
+				time.Sleep(9 * time.Second)
+				w.WriteHeader(503) // released: the waiters race for the key
+			default:
+				time.Sleep(30 * time.Second)
+				w.WriteHeader(201)
+			}
+		}))
+		go post(mw, "/", "k", "")
+		synctest.Wait()
+		start := time.Now()
+		var wg sync.WaitGroup
+		var waited [2]time.Duration
+		var codes [2]int
+		for i := range 2 {
+			wg.Go(func() {
+				t0 := time.Now()
+				codes[i] = post(mw, "/", "k", "").Code
+				waited[i] = time.Since(t0)
+			})
+		}
+		wg.Wait()
+		_ = start
+		for i := range 2 {
+			if codes[i] == http.StatusConflict && waited[i] > 10*time.Second+time.Millisecond {
+				t.Errorf("a waiter answered 409 after %v; WithWait's limit is 10s", waited[i])
+			}
+		}
+		time.Sleep(60 * time.Second)
+	})
+}

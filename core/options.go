@@ -150,7 +150,11 @@ func (e *Engine) failsOpen(err error) bool {
 // It wakes through the store's Notifier when there is one and polls with
 // backoff otherwise. A duplicate of a request this engine is running
 // waits on that request itself, with no store call, and replays its
-// answer as soon as it is stored. Default: off (409 at once).
+// answer when that request ends (for a streamed response, once it is
+// sent); if it ends without a stored answer, the duplicate goes on
+// waiting on the store. The limit counts the whole wait. While this
+// engine retries a key's completion in the background, a duplicate waits
+// for it and never claims the key. Default: off (409 at once).
 func WithWait(limit time.Duration) Option {
 	return func(c *config) error {
 		if limit <= 0 {
