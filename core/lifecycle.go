@@ -84,6 +84,12 @@ func (f *flight) to(next state, resp *Response) bool {
 				// commit) holds an answer the client saw truncated.
 				f.evict()
 			}
+			// Neither the duplicates waiting here nor the replay
+			// cache may replay it.
+			if f.lf != nil {
+				f.lf.rec = nil
+			}
+			f.e.cache.drop(f.scope, f.key)
 		}
 		f.rollback()
 		f.ev.Outcome = OutcomeReleased

@@ -693,3 +693,43 @@ func TestWaitLimitCountsOnce(t *testing.T) {
 		time.Sleep(60 * time.Second)
 	})
 }
+
+// TestEvictedStreamIsNotReplayed: a streamed response whose handler then
+// panics is evicted from the store; neither a duplicate waiting on it in
+// this process nor the replay cache may replay it.
+func TestEvictedStreamIsNotReplayed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestStore()
+		e, _ := newEngine(t, s, WithWait(10*time.Second), WithReplayCache(1<<20, time.Hour))
+		gate := make(chan struct{})
+		var runs atomic.Int32
+		mw := e.Middleware(WithMaxResponseBody(4))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				<-gate                                  // the duplicate joins this flight meanwhile
+				w.Write([]byte("more than four bytes")) // streams: the record is completed, body omitted
+				panic(http.ErrAbortHandler)
+			}
+			w.WriteHeader(201)
+		}))
+		go func() {
+			defer func() { recover() }()
+			post(mw, "/", "k", "")
+		}()
+		synctest.Wait()
+		waiter := make(chan *httptest.ResponseRecorder)
+		go func() { waiter <- post(mw, "/", "k", "") }()
+		synctest.Wait()
+		close(gate)
+		w := <-waiter
+		if w.Header().Get("Idempotent-Replayed") == "true" {
+			t.Errorf("the waiter replayed the evicted stream: %d", w.Code)
+		}
+		synctest.Wait()
+		if w := post(mw, "/", "k", ""); w.Code != 201 {
+			t.Errorf("a retry answered %d (replayed %q), want the rerun's 201, never the evicted stream's 200", w.Code, w.Header().Get("Idempotent-Replayed"))
+		}
+		if n := runs.Load(); n < 2 {
+			t.Errorf("the handler ran %d times after its stream was evicted; a retry must run it again", n)
+		}
+	})
+}
