@@ -45,6 +45,7 @@ func (f *flight) acquire() outcome {
 	if o, ok := f.cached(); ok {
 		return o
 	}
+	f.cacheGen = f.e.cache.generation()
 	o, ok := f.local()
 	if !ok {
 		o = f.acquireStore()
@@ -125,6 +126,7 @@ func (f *flight) claim() (claimResult, error) {
 	leaseEnd := f.now.Add(f.lease)
 	f.leaseEnd.Store(leaseEnd.UnixNano())
 	ctx := f.storeCall(false)
+	f.learned = ctx.began
 	res, err := e.store.Claim(ctx, store.Claim{
 		Scope: f.scope, Key: f.key, Fingerprint: f.fp, Token: f.token,
 		Now: f.now, LeaseEnd: leaseEnd,
@@ -178,7 +180,7 @@ func (f *flight) existing(rec *record, waited bool) outcome {
 		if waited {
 			f.ev.Outcome = OutcomeReplayedAfterWait
 		}
-		f.e.cache.put(f.scope, f.key, rec, false) // the store's: the caller may keep it
+		f.e.cache.put(f.scope, f.key, rec, false, f.learned, f.cacheGen) // the store's: the caller may keep it
 		return outcome{verdict: replay, rec: rec}
 	case f.e.cfg.wait > 0 && !waited:
 		return f.wait(rec)

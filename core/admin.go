@@ -157,10 +157,10 @@ func (e *Engine) adminDelete(w http.ResponseWriter, r *http.Request, scope, key 
 	ctx := e.storeCall(r.Context(), false)
 	deleted, err := d.Delete(ctx, store.Ref{Scope: scope, Key: key})
 	e.endCall(ctx, StoreDelete, err, nil)
-	if err == nil {
-		e.local.forget(scope, key) // this engine's duplicates ask the store again
-		e.cache.drop(scope, key)
-	}
+	// Whatever the store answered (a delete that timed out may have
+	// landed), this engine's duplicates ask the store again.
+	e.local.forget(scope, key)
+	e.cache.drop(scope, key)
 	if err != nil {
 		writeProblem(w, DefaultProblemTypeBase, problemStore, "Deleting the record failed: "+err.Error(), seconds(e.retryAfter(0)))
 		return

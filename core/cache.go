@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/list"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/core/store"
@@ -17,13 +18,16 @@ import (
 // record in progress.
 
 // WithReplayCache keeps up to maxBytes of completed responses in the
-// process, and replays a retry from there with no store call for at most
-// ttl after the engine stored or read the record (never past the record's
-// own expiry). Records in progress are never cached. An eviction through
-// this engine's admin handler drops the cached copy at once; one through
-// another instance, or straight in the store, is seen here within ttl:
-// until then this instance may still replay the evicted answer. Default:
-// off.
+// process (counting their bodies, headers and about 512 bytes of
+// bookkeeping each), and replays a retry from there with no store call
+// for at most ttl after the start of the store call that stored or read
+// the record (never past the record's own expiry). Records in progress
+// are never cached, nor is a streamed response whose handler then
+// panicked. An eviction through this engine's admin handler drops the
+// cached copy at once, and no request that read the record before it
+// puts it back; one through another instance, or straight in the store,
+// is seen here within ttl: until then this instance may still replay the
+// evicted answer. Default: off.
 func WithReplayCache(maxBytes int64, ttl time.Duration) Option {
 	return func(c *config) error {
 		if maxBytes <= 0 || ttl <= 0 {
@@ -41,13 +45,14 @@ type replayCache struct {
 	ttl   time.Duration
 	bytes int64
 	m     map[localKey]*list.Element
-	lru   list.List // front: most recently used; values are *cacheEntry
+	lru   list.List     // front: most recently used; values are *cacheEntry
+	gen   atomic.Uint64 // drops so far: a put learned before one is refused
 }
 
 type cacheEntry struct {
 	k     localKey
 	rec   *record
-	until time.Time // wall clock: learned + ttl
+	until time.Time // wall clock: when the store call that read or stored it began, + ttl
 	size  int64
 }
 
@@ -58,31 +63,59 @@ func newReplayCache(max int64, ttl time.Duration) *replayCache {
 	return &replayCache{max: max, ttl: ttl, m: make(map[localKey]*list.Element)}
 }
 
-// entrySize is what an entry is charged: its body, headers and key.
+// What an entry costs beyond its bytes, as measured on 64-bit platforms
+// (TestReplayCacheBytesBound): the entry, its list element and map slot,
+// the record and its response and header map; a header's slot, name and
+// value slice; a value's string header.
+const (
+	entryOverhead  = 512
+	headerOverhead = 64
+	valueOverhead  = 16
+)
+
+// entrySize is what an entry is charged: its body, headers, key and
+// bookkeeping.
 func entrySize(k localKey, rec *record) int64 {
-	n := int64(len(k.scope) + len(k.key) + len(rec.Fingerprint) + 64)
+	n := int64(len(k.scope) + len(k.key) + len(rec.Fingerprint) + entryOverhead)
 	if r := rec.Response; r != nil {
 		n += int64(len(r.Body))
 		for name, vs := range r.Header {
-			n += int64(len(name))
+			n += int64(len(name) + headerOverhead)
 			for _, v := range vs {
-				n += int64(len(v))
+				n += int64(len(v) + valueOverhead)
 			}
 		}
 	}
 	return n
 }
 
-// put keeps a completed record; own marks a record whose body and
-// headers are the request's (its buffer, the handler's header map),
-// which are copied.
-func (c *replayCache) put(scope, key string, rec *record, own bool) {
+// generation is what put's gen compares with: read it before the store
+// call whose answer is to be cached.
+func (c *replayCache) generation() uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.gen.Load()
+}
+
+// put keeps a completed record that the store read or stored at from
+// (the wall clock when that call began, which the TTL counts from), unless
+// a drop came after gen (the generation read before that call): an
+// eviction through this engine is then not undone by an answer learned
+// before it. own marks a record whose body and headers are the request's
+// (its buffer, the handler's header map), which are copied.
+func (c *replayCache) put(scope, key string, rec *record, own bool, from time.Time, gen uint64) {
 	if c == nil || rec == nil || rec.State != store.Completed || rec.Response == nil {
 		return
 	}
 	k := localKey{scope, key}
 	size := entrySize(k, rec)
 	if size > c.max {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if el, ok := c.m[k]; ok {
+			c.remove(el) // an older copy must not outlive it
+		}
 		return
 	}
 	if own {
@@ -94,10 +127,13 @@ func (c *replayCache) put(scope, key string, rec *record, own bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen.Load() != gen {
+		return
+	}
 	if el, ok := c.m[k]; ok {
 		c.remove(el)
 	}
-	c.m[k] = c.lru.PushFront(&cacheEntry{k: k, rec: rec, until: time.Now().Add(c.ttl), size: size})
+	c.m[k] = c.lru.PushFront(&cacheEntry{k: k, rec: rec, until: from.Add(c.ttl), size: size})
 	c.bytes += size
 	for c.bytes > c.max {
 		c.remove(c.lru.Back())
@@ -132,6 +168,7 @@ func (c *replayCache) drop(scope, key string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.gen.Add(1)
 	if el, ok := c.m[localKey{scope, key}]; ok {
 		c.remove(el)
 	}

@@ -127,6 +127,12 @@ type flight struct {
 
 	start    time.Time
 	waitFrom time.Time // when the flight began to wait (wait mode), or zero
+	expires  time.Time // the stored record's expiry (engine clock), once stored
+
+	// For the replay cache: its generation when the flight began, and
+	// when the store call whose record it may keep began (wall clock).
+	cacheGen uint64
+	learned  time.Time
 	ev       Event
 }
 
@@ -215,7 +221,7 @@ func (f *flight) settle(resp Response, keep bool) bool {
 		return stored
 	}
 	if f.e.cache != nil {
-		f.e.cache.put(f.scope, f.key, f.record(resp), true)
+		f.e.cache.put(f.scope, f.key, f.record(resp), true, f.learned, f.cacheGen)
 	}
 	f.e.local.finish(f, &resp)
 	return stored
@@ -224,7 +230,7 @@ func (f *flight) settle(resp Response, keep bool) bool {
 // record is the completed record f stored with resp, for the replay cache
 // and the duplicates waiting on f.
 func (f *flight) record(resp Response) *record {
-	return &record{Fingerprint: f.fp, State: store.Completed, Response: &resp, CreatedAt: f.now, ExpiresAt: f.e.clockNow().Add(f.retention)}
+	return &record{Fingerprint: f.fp, State: store.Completed, Response: &resp, CreatedAt: f.now, ExpiresAt: f.expires}
 }
 
 // store completes the record with resp, or commits it with the
@@ -236,9 +242,11 @@ func (f *flight) store(resp Response) bool {
 	resp = e.seal(f.scope, f.key, resp)
 	now := e.clockNow()
 	expires := now.Add(f.retention)
+	f.expires = expires
 	var err error
 	if f.tx != nil {
 		ctx := f.storeCall(true)
+		f.learned = ctx.began
 		err = f.tx.Commit(ctx, store.Completion{Result: encodeResult(&resp), Failed: failedResult(&resp), Now: now, ExpiresAt: expires})
 		e.endCall(ctx, StoreCommit, err, &f.ev.Finish)
 		if err != nil {
@@ -252,6 +260,7 @@ func (f *flight) store(resp Response) bool {
 		return true
 	}
 	ctx := f.storeCall(true)
+	f.learned = ctx.began
 	err = e.store.Complete(ctx, f.hold(), store.Completion{Result: encodeResult(&resp), Now: now, ExpiresAt: expires})
 	e.endCall(ctx, StoreComplete, err, &f.ev.Finish)
 	switch {
