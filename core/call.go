@@ -31,7 +31,9 @@ type Call struct {
 //   - a Call, when the operation must run now: the claim is held until
 //     the call ends;
 //   - the stored response, when the key already completed with the same
-//     fingerprint (a retry): send it instead of running the operation;
+//     fingerprint (a retry): send it instead of running the operation.
+//     Other replays may share it (the replay cache, duplicates waiting in
+//     this process): read it, never change it;
 //   - an error, as Do returns them: ErrMissingKey, ErrInvalidKey,
 //     ErrNamespaceRequired, ErrMismatch, ErrInFlight and ErrStoreFailure
 //     (both as a *RetryError), or ctx's error. Policy.Problem turns them

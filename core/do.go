@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -205,7 +206,9 @@ func doResult(r *Response) ([]byte, bool, error) {
 	case r.BodyOmitted:
 		return nil, true, ErrResultOmitted
 	case r.kind == kindValue, r.kind == kindHTTP && r.Status == legacyValue:
-		return r.Body, true, nil
+		// The caller's own copy: other replays may share r (the replay
+		// cache, duplicates waiting in this process).
+		return bytes.Clone(r.Body), true, nil
 	case r.kind == kindFinal, r.kind == kindHTTP && r.Status == legacyFinal:
 		return nil, true, &FinalError{Err: errors.New(string(r.Body))}
 	}

@@ -296,3 +296,24 @@ func TestReport(t *testing.T) {
 		t.Errorf("events %+v", ev.evs)
 	}
 }
+
+// TestDoReplayIsTheCallersOwn: a caller that changes the value Do replayed
+// changes no other replay, from the replay cache or the store.
+func TestDoReplayIsTheCallersOwn(t *testing.T) {
+	for name, opts := range map[string][]Option{"store": nil, "replay cache": {WithReplayCache(1<<20, time.Hour)}} {
+		t.Run(name, func(t *testing.T) {
+			e, _ := newEngine(t, newTestStore(), opts...)
+			op := Op{Kind: "k", Name: "n", Key: "key", Fingerprint: "fp"}
+			fn := func(context.Context) ([]byte, error) { return []byte("hello"), nil }
+			e.Do(t.Context(), op, fn)
+			v, replayed, err := e.Do(t.Context(), op, fn)
+			if !replayed || err != nil {
+				t.Fatal(replayed, err)
+			}
+			v[0] = 'J'
+			if v2, _, _ := e.Do(t.Context(), op, fn); string(v2) != "hello" {
+				t.Errorf("a replay after the first caller changed its value: %q", v2)
+			}
+		})
+	}
+}
