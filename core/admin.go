@@ -16,9 +16,12 @@ import (
 //
 // A record is addressed exactly as the middleware derives it, by query
 // parameters, URL-encoded: namespace (what the namespace function returns;
-// empty or absent for global), method (such as POST), route (the route
-// template, such as /orders/{id}, sent as %2Forders%2F%7Bid%7D, or with
-// curl -g) and key (the Idempotency-Key value; the quoted form is accepted).
+// empty or absent for global), method (such as POST, in any case; for Do
+// and Start, Op.Kind as given, such as grpc), route (the route template,
+// such as /orders/{id}, sent as %2Forders%2F%7Bid%7D, or with curl -g; for
+// Do and Start, Op.Name) and key (the Idempotency-Key value; the quoted
+// form is accepted). With WithGlobalKeys, method and route are both
+// present and empty (method=&route=).
 //
 //	GET    ?method=POST&route=/orders&key=abc   the record, never its body
 //	DELETE ?method=POST&route=/orders&key=abc   evicts it
@@ -57,12 +60,12 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	method := strings.ToUpper(strings.TrimSpace(q.Get("method")))
+	method := adminMethod(strings.TrimSpace(q.Get("method")))
 	route := q.Get("route")
 	ns := q.Get("namespace")
 	var missing []string
-	if method == "" {
-		missing = append(missing, "method")
+	if !q.Has("method") {
+		missing = append(missing, "method") // present but empty: WithGlobalKeys
 	}
 	if !q.Has("route") {
 		missing = append(missing, "route") // present but empty is a valid route
@@ -85,6 +88,18 @@ func (e *Engine) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.adminGet(w, r, store.Ref{Scope: scope, Key: key}, ns, method, route)
+}
+
+// adminMethod is the method part of a record's address: an HTTP method
+// name in any case as the middleware sees it (upper case), anything else
+// (Do's and Start's Op.Kind, such as "grpc") as given.
+func adminMethod(m string) string {
+	switch u := strings.ToUpper(m); u {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return u
+	}
+	return m
 }
 
 // adminGet answers a GET: the record ref names, as AdminRecord.

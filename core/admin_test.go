@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -119,4 +120,48 @@ func TestAdminEmptyRoute(t *testing.T) {
 	if w.Code != 200 {
 		t.Errorf("a record of an unrouted handler: %d %s", w.Code, w.Body)
 	}
+}
+
+// TestAdminAddressesEveryRecord: records of Do (an Op.Kind in lower case,
+// as gRPC's), of WithGlobalKeys (no method, no route) and of an HTTP
+// method given in lower case can all be looked at and evicted.
+func TestAdminAddressesEveryRecord(t *testing.T) {
+	t.Run("Do", func(t *testing.T) {
+		e, _ := newEngine(t, newTestStore(), WithReplayCache(1<<20, time.Hour))
+		op := Op{Kind: "grpc", Name: "/pkg.Svc/Charge", Key: "key", Fingerprint: "fp"}
+		fn := func(context.Context) ([]byte, error) { return []byte("x"), nil }
+		e.Do(t.Context(), op, fn)
+		q := url.Values{"method": {"grpc"}, "route": {"/pkg.Svc/Charge"}, "key": {"key"}}
+		if code, out := adminDo(t, e.AdminHandler(), "GET", q); code != 200 || out["found"] != true {
+			t.Errorf("GET: %d %v", code, out)
+		}
+		if code, out := adminDo(t, e.AdminHandler(), "DELETE", q); code != 200 || out["deleted"] != true {
+			t.Errorf("DELETE: %d %v", code, out)
+		}
+		if _, replayed, _ := e.Do(t.Context(), op, fn); replayed {
+			t.Error("replayed after the eviction")
+		}
+	})
+	t.Run("global keys", func(t *testing.T) {
+		e, _ := newEngine(t, newTestStore(), WithGlobalKeys())
+		post(e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })), "/a", "k", "")
+		q := url.Values{"method": {""}, "route": {""}, "key": {"k"}}
+		if code, out := adminDo(t, e.AdminHandler(), "DELETE", q); code != 200 || out["deleted"] != true {
+			t.Errorf("DELETE: %d %v", code, out)
+		}
+	})
+	t.Run("lower-case HTTP method", func(t *testing.T) {
+		e, _ := newEngine(t, newTestStore())
+		post(e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })), "/a", "k", "")
+		q := url.Values{"method": {"post"}, "route": {""}, "key": {"k"}}
+		if code, out := adminDo(t, e.AdminHandler(), "GET", q); code != 200 || out["method"] != "POST" {
+			t.Errorf("GET: %d %v", code, out)
+		}
+	})
+	t.Run("no method", func(t *testing.T) {
+		e, _ := newEngine(t, newTestStore())
+		if code, _ := adminDo(t, e.AdminHandler(), "GET", url.Values{"route": {""}, "key": {"k"}}); code != 400 {
+			t.Errorf("GET without method: %d, want 400", code)
+		}
+	})
 }
