@@ -15,6 +15,8 @@ type queries struct {
 	claimNoSync       string // claim, committed without waiting for its WAL flush
 	complete          string
 	completeNotify    string
+	completeTx        string // complete, in the exactly-once transaction that locked the row
+	completeTxNotify  string
 	release           string
 	releaseNotify     string
 	mark              string
@@ -253,9 +255,22 @@ RETURNING r.scope, r.key, r.token`
 // writes at its end never meets a row version newer than its snapshot, at
 // any isolation level, and needs no pooled connection besides its own. A
 // crash ends the transaction, and the lock, with its connection.
-const lockSQL = `SELECT 1 FROM {{t}}
+//
+// It returns the transaction's ID, which completeSQL then requires
+// (inLockingTx): a handler that ends the transaction with SQL and begins
+// another (ROLLBACK; BEGIN, ROLLBACK AND CHAIN) leaves the connection in a
+// transaction that never locked the row, and whose earlier writes may be
+// gone, and the record must not complete in it.
+const lockSQL = `SELECT pg_current_xact_id()::text FROM {{t}}
 WHERE scope = $1::bytea AND key = $2::text AND token = $3::bytea AND state = 1
 FOR UPDATE`
+
+// inLockingTx is the condition completeSQL adds inside an exactly-once
+// transaction: that it is still the one whose ID lockSQL returned (the
+// parameter param).
+func inLockingTx(param string) string {
+	return "\n    AND pg_current_xact_id()::text = " + param + "::text"
+}
 
 // clockSQL reads the server's clock: clock_timestamp() is the time of the
 // call, where now() would be the start of the statement's transaction.
@@ -272,6 +287,8 @@ func newQueries(table string) queries {
 		claimNoSync:       f(strings.Replace(claimSQL, "{{one}}", claimNoSyncValues, 1)),
 		complete:          f(completeSQL),
 		completeNotify:    f(notifying(completeSQL, "$8::text, $9::text")),
+		completeTx:        f(completeSQL + inLockingTx("$8")),
+		completeTxNotify:  f(notifying(completeSQL+inLockingTx("$10"), "$8::text, $9::text")),
 		release:           f(releaseSQL),
 		releaseNotify:     f(notifying(releaseSQL, "$4::text, $5::text")),
 		mark:              f(markSQL),

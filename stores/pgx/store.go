@@ -316,7 +316,7 @@ var errNoHead = errors.New("the result has no head")
 // is nil. c.Now plays no part: a claim is its token's until another claim
 // takes the key over and changes the token. pgx has sent c.Result's bytes
 // by the time it returns, so the caller may reuse them.
-func (s *Store) complete(ctx context.Context, in pgx.Tx, h store.Hold, c store.Completion) (int64, error) {
+func (s *Store) complete(ctx context.Context, in *txn, h store.Hold, c store.Completion) (int64, error) {
 	if len(c.Result.Head) == 0 {
 		return 0, errNoHead // it would read back as corrupt
 	}
@@ -327,10 +327,14 @@ func (s *Store) complete(ctx context.Context, in pgx.Tx, h store.Hold, c store.C
 		sql = s.q.completeNotify
 		args = append(args, s.channel, payload(h.Ref))
 	}
-	if in != nil {
-		return execCount(ctx, in, sql, args...)
+	if in == nil {
+		return s.exec(ctx, sql, args...)
 	}
-	return s.exec(ctx, sql, args...)
+	sql = s.q.completeTx
+	if s.cfg.notify {
+		sql = s.q.completeTxNotify
+	}
+	return execCount(ctx, in.tx, sql, append(args, in.xact)...)
 }
 
 // Release implements store.Store in one statement.

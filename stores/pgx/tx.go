@@ -139,9 +139,9 @@ func (s *ExactlyOnceStore) BeginTx(ctx context.Context, h store.Hold) (store.Tx,
 	}
 	args := []any{[]byte(h.Scope), h.Key, []byte(h.Token)}
 	for attempt := 1; ; attempt++ {
-		tx, n, err := s.beginLocked(ctx, args)
-		if err == nil && n == 1 {
-			return &txn{s: s.Store, tx: tx, h: h}, nil
+		tx, xact, err := s.beginLocked(ctx, args)
+		if err == nil && xact != "" {
+			return &txn{s: s.Store, tx: tx, h: h, xact: xact}, nil
 		}
 		var rbErr error
 		if tx != nil {
@@ -163,36 +163,39 @@ func (s *ExactlyOnceStore) BeginTx(ctx context.Context, h store.Hold) (store.Tx,
 
 // beginLocked starts a transaction with the store's options and runs
 // lockSQL in it with args, and returns the transaction (nil when BEGIN
-// failed) and how many rows the lock found. On a *pgxpool.Pool or a
-// *pgx.Conn, BEGIN and the lock go in one batch: one round trip.
-func (s *ExactlyOnceStore) beginLocked(ctx context.Context, args []any) (pgx.Tx, int64, error) {
+// failed) and its ID, or "" when the lock found no row. On a
+// *pgxpool.Pool or a *pgx.Conn, BEGIN and the lock go in one batch: one
+// round trip.
+func (s *ExactlyOnceStore) beginLocked(ctx context.Context, args []any) (pgx.Tx, string, error) {
+	var xact string
 	if s.batch == nil {
 		tx, err := s.begin(ctx)
 		if err != nil {
-			return nil, 0, err
+			return nil, "", err
 		}
-		n, err := execCount(ctx, tx, s.q.lock, args...)
-		if err != nil {
-			err = fmt.Errorf("lock the record: %w", err)
-		}
-		return tx, n, err
+		return tx, xact, locked(tx.QueryRow(ctx, s.q.lock, args...).Scan(&xact))
 	}
 	b := &pgx.Batch{}
 	b.BeginTx(s.txOptions)
 	b.Queue(s.q.lock, args...)
 	br := s.batch.SendBatch(ctx, b)
 	tx := br.Tx()
-	var tag pgconn.CommandTag
 	_, err := br.Exec()
 	if err == nil {
-		if tag, err = br.Exec(); err != nil {
-			err = fmt.Errorf("lock the record: %w", err)
-		}
+		err = locked(br.QueryRow().Scan(&xact))
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return tx, tag.RowsAffected(), err
+	return tx, xact, err
+}
+
+// locked is the error of lockSQL's Scan: none when it found no row.
+func locked(err error) error {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("lock the record: %w", err)
+	}
+	return nil
 }
 
 // begin starts a transaction with the store's options, on a DB that
@@ -214,6 +217,7 @@ type txn struct {
 	s          *Store
 	tx         pgx.Tx
 	h          store.Hold
+	xact       string // the transaction's ID, from lockSQL
 	done       bool
 	rolledBack atomic.Bool // by the handler
 }
@@ -263,9 +267,16 @@ func (t *txn) Commit(ctx context.Context, c store.Completion) error {
 			return t.s.Complete(ctx, t.h, c)
 		})
 	}
-	n, err := t.s.complete(ctx, t.tx, t.h, c)
+	n, err := t.s.complete(ctx, t, t.h, c)
 	if err == nil && n == 0 {
-		err = store.ErrLeaseLost
+		// The row is locked by the transaction that began with BeginTx,
+		// so it did not change hands: the handler ended that transaction
+		// with SQL and began another (see lockSQL), and what it wrote
+		// before may be gone.
+		t.tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the connection is reset either way
+		return sqlbase.CommitEnded("pgxstore", c.Failed, func() error {
+			return t.s.Complete(ctx, t.h, c)
+		})
 	}
 	if err != nil {
 		rbErr := t.tx.Rollback(context.WithoutCancel(ctx))

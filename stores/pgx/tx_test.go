@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -427,14 +428,23 @@ func TestExactlyOnceHandlerEndsTx(t *testing.T) {
 		{"rollback-201", "ROLLBACK", false, false},
 		{"end-200", "END", false, false},
 		{"commit-409", "COMMIT", true, true},
+		// A new transaction begun after the handler's end is not the
+		// one that holds the record: completing in it would commit a
+		// success whose writes were rolled back.
+		{"rollback-begin-201", "ROLLBACK; BEGIN", false, false},
+		{"rollback-chain-201", "ROLLBACK AND CHAIN", false, false},
+		{"commit-begin-201", "COMMIT; BEGIN", false, false},
+		{"rollback-begin-409", "ROLLBACK; BEGIN", true, true},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			id := 50 + i
 			c, ctx, tx := f.begin(t, tc.key)
 			f.handler(t, ctx, id, tc.key)
 			htx, _ := Tx(ctx)
-			if _, err := htx.Exec(ctx, tc.stmt); err != nil {
-				t.Fatal(err)
+			for stmt := range strings.SplitSeq(tc.stmt, "; ") {
+				if _, err := htx.Exec(ctx, stmt); err != nil {
+					t.Fatal(err)
+				}
 			}
 			done := completion(result(i), t0, t0.Add(time.Hour))
 			done.Failed = tc.failed
@@ -462,7 +472,7 @@ func TestExactlyOnceHandlerEndsTx(t *testing.T) {
 				t.Fatal(err)
 			}
 			// What the handler's own statement did stays done.
-			if got, want := f.orderExists(t, id), tc.stmt != "ROLLBACK"; got != want {
+			if got, want := f.orderExists(t, id), !strings.HasPrefix(tc.stmt, "ROLLBACK"); got != want {
 				t.Fatalf("order exists = %v, want %v", got, want)
 			}
 		})
