@@ -80,10 +80,14 @@ func (s *Store) Watch(ctx context.Context, r store.Ref) (<-chan struct{}, func()
 	if l.isUp() {
 		mctx, cancel := context.WithTimeout(ctx, markTimeout)
 		var err error
+		mark := s.q.markSync
+		if s.ownTx() {
+			mark = s.q.mark
+		}
 		// Tried again at once: after an outage the pool may hand out a
 		// connection that turns out dead, and drops it.
 		for range 3 {
-			if _, err = s.exec(mctx, s.q.mark, []byte(r.Scope), r.Key); err == nil || mctx.Err() != nil {
+			if _, err = s.exec(mctx, mark, []byte(r.Scope), r.Key); err == nil || mctx.Err() != nil {
 				break
 			}
 		}

@@ -19,7 +19,8 @@ type queries struct {
 	completeTxNotify  string
 	release           string
 	releaseNotify     string
-	mark              string
+	mark              string // skips its WAL flush (see markSQL)
+	markSync          string // markSQL flushed as usual, for a DB that may run in its caller's transaction
 	get               string
 	delete            string
 	deleteNotify      string
@@ -292,6 +293,7 @@ func newQueries(table string) queries {
 		release:           f(releaseSQL),
 		releaseNotify:     f(notifying(releaseSQL, "$4::text, $5::text")),
 		mark:              f(markSQL),
+		markSync:          f(strings.Replace(markSQL, noSyncFrom, "", 1)),
 		get:               f(getSQL),
 		delete:            f(deleteSQL),
 		deleteNotify:      f(notifying(deleteSQL, "$3::text, $4::text")),

@@ -121,9 +121,19 @@ func WithNotify(enabled bool) Option {
 // wal_writer_delay (600 ms by default) before the crash may be lost, and
 // a retry after the server is back then runs the handler again even though
 // the first run may still be going on (on a live instance that outlived
-// the database). Replays, conflicts and completions are unaffected.
-// Exactly-once mode (ExactlyOnce) always claims so, since there the crash
-// also ends the handler's transaction. See "Durability" in README.
+// the database), or, when the first run's completion failed in the crash
+// and was being retried, after it finished: that completion then finds
+// no claim and never lands. Replays and conflicts are unaffected. With
+// synchronous replication the standby does not wait for such a claim: a
+// failover loses the claims its replay lag had not reached, and, while
+// the synchronous standby is unreachable, every claim taken meanwhile
+// (completions wait for it; claims do not). It takes effect on a
+// *pgxpool.Pool and on a *pgx.Conn outside a transaction; on any other DB
+// (a pgx.Tx, a wrapper) claims flush as usual, since they may run in a
+// transaction the caller began, whose commit must keep its durability.
+// Exactly-once mode (ExactlyOnce) always claims so, on the same DBs, since
+// there the crash also ends the handler's transaction. See "Durability"
+// in README.
 func WithAsyncClaims() Option {
 	return func(c *config) { c.async = true }
 }
@@ -236,10 +246,8 @@ func (s *Store) Close() error {
 // while a live exactly-once transaction holds it: Claim returns it, in
 // progress, after a second look, without waiting for that transaction.
 func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
-	if s.cfg.async {
-		if _, inTx := s.db.(pgx.Tx); !inTx {
-			return s.claim(ctx, s.q.claimNoSync, c)
-		}
+	if s.cfg.async && s.ownTx() {
+		return s.claim(ctx, s.q.claimNoSync, c)
 	}
 	return s.claim(ctx, s.q.claim, c)
 }
@@ -595,6 +603,23 @@ func execCount(ctx context.Context, db DB, sql string, args ...any) (int64, erro
 // (pgx.Batch.BeginTx): *pgxpool.Pool and *pgx.Conn.
 type batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// ownTx reports whether each statement of the store runs in a transaction
+// of its own, so that a setting local to that transaction (the statements
+// that skip their WAL flush: see claimNoSyncValues) ends with it: on a
+// *pgxpool.Pool, or a *pgx.Conn outside a transaction block. On any other
+// DB (a pgx.Tx, or a wrapper that may run in a transaction its caller
+// began) those statements flush as usual, so the caller's commit keeps
+// its durability.
+func (s *Store) ownTx() bool {
+	switch db := s.db.(type) {
+	case *pgxpool.Pool:
+		return true
+	case *pgx.Conn:
+		return db.PgConn().TxStatus() == 'I'
+	}
+	return false
 }
 
 // batcherOf returns db as a batcher, or nil when it is a pgx.Tx (a batch

@@ -54,11 +54,12 @@ func (s *Store) ExactlyOnce() *ExactlyOnceStore { return &ExactlyOnceStore{Store
 // except that a claim that takes the key commits without waiting for its
 // WAL flush (synchronous_commit off for that statement alone): the
 // transaction that later commits the record flushes it too. See "Exactly-
-// once mode" in the package doc for why that loses nothing. On a DB that
-// is a pgx.Tx the claim is the plain one, so the outer transaction keeps
-// its own durability.
+// once mode" in the package doc for why that loses nothing. On a DB other
+// than a *pgxpool.Pool or a *pgx.Conn outside a transaction (a pgx.Tx, a
+// wrapper) the claim is the plain one, so a transaction the caller began
+// keeps its own durability.
 func (s *ExactlyOnceStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
-	if _, inTx := s.db.(pgx.Tx); inTx {
+	if !s.ownTx() {
 		return s.Store.Claim(ctx, c)
 	}
 	return s.claim(ctx, s.q.claimNoSync, c)
@@ -66,10 +67,10 @@ func (s *ExactlyOnceStore) Claim(ctx context.Context, c store.Claim) (store.Clai
 
 // Extend implements store.Extender like Store.Extend, except that the
 // heartbeat's commit does not wait for its WAL flush, for the claim's
-// reason: a crash that loses it ends the handler's transaction too (on a
-// pgx.Tx it is the plain one).
+// reason: a crash that loses it ends the handler's transaction too (on
+// another DB than a pool or an idle connection it is the plain one).
 func (s *ExactlyOnceStore) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Time) error {
-	if _, inTx := s.db.(pgx.Tx); inTx {
+	if !s.ownTx() {
 		return s.Store.Extend(ctx, h, now, leaseEnd)
 	}
 	return s.extend(ctx, s.q.extendNoSync, h, leaseEnd)
@@ -78,7 +79,7 @@ func (s *ExactlyOnceStore) Extend(ctx context.Context, h store.Hold, now, leaseE
 // ExtendBatch implements store.BatchExtender like Store.ExtendBatch, with
 // Extend's commit that does not wait for its WAL flush.
 func (s *ExactlyOnceStore) ExtendBatch(ctx context.Context, now time.Time, xs []store.Extension) []error {
-	if _, inTx := s.db.(pgx.Tx); inTx {
+	if !s.ownTx() {
 		return s.Store.ExtendBatch(ctx, now, xs)
 	}
 	return s.extendBatch(ctx, s.q.extendBatchNoSync, xs)
