@@ -436,8 +436,12 @@ func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) 
 	if !ok || !e.holds(h.Token) {
 		return store.ErrLeaseLost
 	}
+	// Out of the claims' heaps first: a completion after the lease end
+	// (which still holds the claim) must not evict its own record.
+	s.running.remove(e)
+	s.lingering.remove(e)
 	for s.maxBytes > 0 && s.bytes+size > s.maxBytes {
-		// Only completed records hold bytes, and e is a live claim, so
+		// Only completed records hold bytes, and e is in no heap, so
 		// this ends with room.
 		v := s.victim(c.Now)
 		if v == nil {
@@ -445,8 +449,6 @@ func (s *Store) Complete(ctx context.Context, h store.Hold, c store.Completion) 
 		}
 		s.remove(v)
 	}
-	s.running.remove(e)
-	s.lingering.remove(e)
 	e.size = size
 	s.bytes += size
 	e.State = store.Completed

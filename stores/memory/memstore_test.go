@@ -730,3 +730,36 @@ func TestBadOptions(t *testing.T) {
 	s := memstore.New(memstore.WithMaxEntries(0), memstore.WithMaxBytes(0), memstore.WithSweepInterval(0))
 	s.Close()
 }
+
+// TestLateCompleteUnderBytePressure: a completion that comes after its
+// lease ended (nobody took the key over) and needs room evicts other
+// records, never its own claim: the record lands, and a retry replays it.
+func TestLateCompleteUnderBytePressure(t *testing.T) {
+	s := memstore.New(memstore.WithMaxBytes(100), memstore.WithSweepInterval(0))
+	defer s.Close()
+	ctx := t.Context()
+	t0 := time.Unix(1_000_000, 0)
+	a := store.Claim{Scope: "s", Key: "a", Fingerprint: "fa", Token: "ta", Now: t0, LeaseEnd: t0.Add(time.Second)}
+	b := store.Claim{Scope: "s", Key: "b", Fingerprint: "fb", Token: "tb", Now: t0, LeaseEnd: t0.Add(time.Second)}
+	for _, c := range []store.Claim{a, b} {
+		if r, err := s.Claim(ctx, c); err != nil || !r.Acquired {
+			t.Fatal(r, err)
+		}
+	}
+	res := store.Result{Head: []byte{1}, Body: make([]byte, 59)}
+	if err := s.Complete(ctx, b.Hold(), store.Completion{Result: res, Now: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	late := t0.Add(2 * time.Second)
+	if err := s.Complete(ctx, a.Hold(), store.Completion{Result: res, Now: late, ExpiresAt: late.Add(time.Hour)}); err != nil {
+		t.Fatalf("late complete: %v", err)
+	}
+	retry := a
+	retry.Token, retry.Now, retry.LeaseEnd = "ta2", late, late.Add(time.Second)
+	if r, err := s.Claim(ctx, retry); err != nil || r.Acquired || r.Existing.State != store.Completed {
+		t.Fatalf("retry after the late completion: %+v %v, want the completed record", r, err)
+	}
+	if s.Bytes() > 100 {
+		t.Errorf("%d bytes held, over 100", s.Bytes())
+	}
+}
