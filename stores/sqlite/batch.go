@@ -78,7 +78,10 @@ func (s *Store) withdraw(op *writeOp) bool {
 // runBatch runs every pending write; the caller holds the write lock. One
 // write runs on its own (autocommit); several run in one transaction.
 // A statement that fails leaves the others alone (SQLite undoes only that
-// statement); a COMMIT that fails fails them all, having written nothing.
+// statement), unless SQLite rolled the whole transaction back for it
+// (SQLITE_FULL, IOERR, NOMEM, an interrupt): then every write runs again
+// on its own, so each reports what became of it. A COMMIT that fails
+// fails them all, having written nothing.
 func (s *Store) runBatch() {
 	s.batch.mu.Lock()
 	ops := s.batch.pending
@@ -105,6 +108,17 @@ func (s *Store) runBatch() {
 	}
 	for _, op := range ops {
 		op.exec(tx.ExecContext(ctx, op.q, op.args...))
+		if op.err == nil {
+			continue
+		}
+		if live, err := inTx(ctx, tx); err != nil || !live {
+			tx.Rollback() //nolint:errcheck // gone already; this frees the connection
+			for _, op := range ops {
+				op.n, op.err = 0, nil
+				op.exec(s.db.ExecContext(ctx, op.q, op.args...))
+			}
+			return
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		for _, op := range ops {

@@ -114,7 +114,13 @@
 // foreign key the handler's writes violate, a full disk) rolls everything
 // back, and the engine answers 503 commit-failed and releases the key, as
 // with the other SQL stores; a statement of the handler that fails at
-// once is the handler's to answer (5xx: rolled back and released).
+// once is the handler's to answer (5xx: rolled back and released). A
+// statement that SQLite answers by rolling the whole transaction back (it
+// was interrupted when the request's context ended, or failed with
+// SQLITE_FULL, IOERR or NOMEM) ends the transaction under the handler:
+// the engine then stores a failed outcome (4xx) on its own and refuses any
+// other (500, key released), and what the handler ran after it, outside
+// any transaction, committed statement by statement.
 //
 // The transaction holds SQLite's write lock, and the store's, from
 // BeginTx until it ends, so it holds its claim by itself

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/idemkit/idem/core/store"
 	"github.com/idemkit/idem/stores/sqlbase"
@@ -155,7 +156,18 @@ func (t *txn) Commit(ctx context.Context, c store.Completion) error {
 		t.end(t.tx.Rollback) //nolint:errcheck // the error above is the one to report
 		return err
 	}
-	res, err := t.tx.ExecContext(ctx, t.s.q.complete, args...)
+	live, err := inTx(ctx, t.tx)
+	if err == nil && !live {
+		// SQLite rolled the transaction back by itself (a statement was
+		// interrupted, or failed with SQLITE_FULL, IOERR or NOMEM): the
+		// record must not complete on its own, apart from writes that are
+		// gone.
+		err = sql.ErrTxDone
+	}
+	var res sql.Result
+	if err == nil {
+		res, err = t.tx.ExecContext(ctx, t.s.q.complete, args...)
+	}
 	if errors.Is(err, sql.ErrTxDone) {
 		t.end(func() error { return nil }) //nolint:errcheck // gives the lock back
 		return sqlbase.CommitEnded("sqlitestore", c.Failed, func() error {
@@ -175,6 +187,24 @@ func (t *txn) Commit(ctx context.Context, c store.Completion) error {
 	}
 	t.s.wake(t.h.Ref)
 	return nil
+}
+
+// inTx reports whether tx's connection is still inside its transaction.
+// SQLite rolls a transaction back by itself when a statement is
+// interrupted or fails with SQLITE_FULL, IOERR or NOMEM, and database/sql
+// does not know: the connection is then in autocommit mode, where each
+// statement commits on its own. BEGIN fails inside a transaction; outside
+// one it starts one, which inTx rolls back at once.
+func inTx(ctx context.Context, tx *sql.Tx) (bool, error) {
+	_, err := tx.ExecContext(ctx, "BEGIN")
+	if err == nil {
+		_, err = tx.ExecContext(ctx, "ROLLBACK")
+		return false, err
+	}
+	if strings.Contains(err.Error(), "within a transaction") {
+		return true, nil
+	}
+	return false, err
 }
 
 // Rollback rolls the transaction back. It is a no-op after Commit or a
