@@ -46,25 +46,39 @@ func (x *exchange) readBody(limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, errBodyTooLarge
 	}
+	// Read to the end, whatever Content-Length says: an outer middleware
+	// may have replaced the body (a decompressor), and net/http's own body
+	// ends at Content-Length anyway. It sizes the first buffer, up to
+	// bodyPresize, so that a client cannot make the engine allocate what it
+	// declares before it sends it; the extra byte sees the end without
+	// growing the buffer.
+	size := int64(512)
 	if r.ContentLength >= 0 {
-		b := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
+		size = min(r.ContentLength, bodyPresize) + 1
+	}
+	b := make([]byte, 0, size)
+	lr := io.LimitReader(r.Body, limit+1)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := lr.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
 			return nil, err
 		}
-		if n, _ := r.Body.Read(x.one[:]); n > 0 {
-			return nil, errors.New("idem: request body longer than its Content-Length")
-		}
-		return b, nil
-	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, err
 	}
 	if int64(len(b)) > limit {
 		return nil, errBodyTooLarge
 	}
 	return b, nil
 }
+
+// bodyPresize bounds the buffer a request body is first read into.
+const bodyPresize = 64 << 10
 
 // bodyReader is the request body handed to the handler: the bytes the
 // engine read, unchanged.

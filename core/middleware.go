@@ -2,6 +2,7 @@ package idem
 
 import (
 	"net/http"
+	"reflect"
 	"strings"
 )
 
@@ -11,9 +12,11 @@ import (
 //
 // The route template that scopes keys is, in order: the RouteFunc option's
 // answer; when next is itself a *http.ServeMux, the pattern it would match
-// (a request it does not match, 404 or 405, passes through untouched); or
-// the ServeMux pattern of the request (r.Pattern, set when the middleware
-// wraps a handler registered on a ServeMux), without its method.
+// (a request it does not match, 404 or 405, or one it redirects, passes
+// through untouched), after the pattern of an outer ServeMux that mounted
+// it, if any ("/v1/ /orders"); or the ServeMux pattern of the request
+// (r.Pattern, set when the middleware wraps a handler registered on a
+// ServeMux), without its method.
 // Otherwise the route is empty: keys are scoped by method and namespace
 // only.
 //
@@ -45,14 +48,22 @@ func (e *Engine) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler 
 			case p.h.routeFunc != nil:
 				route = p.h.routeFunc(r)
 			case mux != nil:
-				// The mux this middleware wraps knows the route; an outer
-				// mux's pattern (r.Pattern) would only name the mount.
-				_, pattern := mux.Handler(r)
-				if pattern == "" {
+				// The mux this middleware wraps knows the route. Its own
+				// redirects (a trailing slash, a path to clean) are not
+				// routes: the client follows them, key and all.
+				h, pattern := mux.Handler(r)
+				if pattern == "" || reflect.TypeOf(h) == redirectType {
 					next.ServeHTTP(w, r)
 					return
 				}
-				_, route = patternRoute(method, pattern)
+				_, inner := patternRoute(method, pattern)
+				if route != "" {
+					// An outer mux mounted this one (under a prefix that
+					// StripPrefix may have taken off the path): the mount
+					// keeps two mounted muxes' routes apart.
+					inner = route + " " + inner
+				}
+				route = inner
 			}
 			if method != r.Method {
 				// A handler changed the method after the mux routed r: the
@@ -70,6 +81,10 @@ func (e *Engine) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler 
 		})
 	}
 }
+
+// redirectType is the type of the handler a ServeMux answers its own
+// redirects with.
+var redirectType = reflect.TypeOf(http.RedirectHandler("/", http.StatusTemporaryRedirect))
 
 // patternRoute splits a ServeMux pattern ("POST /a/{id}") into its method,
 // or method when it has none, and its route.

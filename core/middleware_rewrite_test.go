@@ -206,3 +206,72 @@ func TestMiddlewareRewritesUnmatched(t *testing.T) {
 		}
 	}
 }
+
+// TestMuxRedirectPassesThrough: a ServeMux's own redirect (a missing
+// trailing slash, a path to clean) is not a route: it takes no key, so
+// the client that follows it with the same key runs the handler.
+func TestMuxRedirectPassesThrough(t *testing.T) {
+	e, _ := newEngine(t, newTestStore())
+	mux := http.NewServeMux()
+	runs := 0
+	mux.HandleFunc("POST /users/{id}/", func(w http.ResponseWriter, r *http.Request) { runs++; w.WriteHeader(201) })
+	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) { runs++; w.WriteHeader(201) })
+	h := e.Middleware()(mux)
+	for _, tc := range []struct{ from, to, key string }{
+		{"/users/42", "/users/42/", "k1"},
+		{"/orders/../orders", "/orders", "k2"},
+	} {
+		w := post(h, tc.from, tc.key, "{}")
+		if w.Code/100 != 3 || w.Header().Get("Location") != tc.to {
+			t.Fatalf("%s: %d to %q, want the mux's redirect to %s", tc.from, w.Code, w.Header().Get("Location"), tc.to)
+		}
+		before := runs
+		if w := post(h, tc.to, tc.key, "{}"); w.Code != 201 || runs != before+1 {
+			t.Errorf("following the redirect from %s with the same key: %d, runs +%d; want 201 from the handler", tc.from, w.Code, runs-before)
+		}
+	}
+}
+
+// TestMountedMuxesKeepTheirScopes: the same middleware wrapping two
+// muxes mounted under different prefixes keeps their routes apart, even
+// when StripPrefix makes their paths the same.
+func TestMountedMuxesKeepTheirScopes(t *testing.T) {
+	e, _ := newEngine(t, newTestStore())
+	outer := http.NewServeMux()
+	runs := map[string]int{}
+	for _, v := range []string{"v1", "v2"} {
+		inner := http.NewServeMux()
+		inner.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
+			runs[v]++
+			w.WriteHeader(201)
+			w.Write([]byte(v))
+		})
+		outer.Handle("/"+v+"/", http.StripPrefix("/"+v, e.Middleware()(inner)))
+	}
+	post(outer, "/v1/orders", "k", "{}")
+	if w := post(outer, "/v2/orders", "k", "{}"); w.Body.String() != "v2" || runs["v2"] != 1 {
+		t.Errorf("POST /v2/orders with /v1/orders' key: %d %q (runs %v); want its own handler's answer", w.Code, w.Body, runs)
+	}
+}
+
+// TestBodyReplacedBeforeTheMiddleware: a body that an outer middleware
+// replaced (a decompressor) is read whole, whatever the Content-Length
+// that described the original says.
+func TestBodyReplacedBeforeTheMiddleware(t *testing.T) {
+	e, _ := newEngine(t, newTestStore())
+	var got string
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = string(b)
+		w.WriteHeader(201)
+	}))
+	plain := strings.Repeat(`{"item":"book"}`, 20)
+	r := httptest.NewRequest("POST", "/", strings.NewReader(plain))
+	r.ContentLength = 40 // as the compressed body's
+	r.Header.Set("Idempotency-Key", "k")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 201 || got != plain {
+		t.Errorf("%d, handler got %d bytes; want 201 and the %d bytes of the replaced body", w.Code, len(got), len(plain))
+	}
+}

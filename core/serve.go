@@ -186,7 +186,6 @@ type exchange struct {
 	body bodyReader // the request body handed to the handler
 	cw   capture    // the response writer handed to the handler
 	cl   [1]string  // Content-Length of the buffered response
-	one  [1]byte    // scratch for checking a body's end
 }
 
 func (x *exchange) skip() {

@@ -37,7 +37,9 @@
 // one scope and a 422, and the same key sent to two routes runs both.
 // Echo's template is c.Path() ("/orders/:id"), which Echo resolves before
 // it runs Use, group and route middleware; routes of an Echo.Host router
-// are found as Echo finds them.
+// are found as Echo finds them, and their template starts with the host
+// ("api.example.com/orders/:id"), so that one host's route never answers
+// for another's.
 //
 // # Middleware order
 //

@@ -43,6 +43,11 @@ func Middleware(e *idem.Engine, opts ...idem.HTTPOption) echo.MiddlewareFunc {
 			if route == "" || routed.Get(echo.ContextKeyHeaderAllow) != nil || !known.matched(c.Echo(), r, route) {
 				return next(c) // 404, 405 or a not-found route: not ours to answer
 			}
+			if _, ok := c.Echo().Routers()[r.Host]; ok {
+				// An Echo.Host router's route: the same template on
+				// another host is another route.
+				route = r.Host + route
+			}
 			resp := c.Response()
 			defer func() {
 				c.SetRequest(r)

@@ -155,8 +155,8 @@ func TestHostRouter(t *testing.T) {
 	})
 	want(t, do(h, "POST", "/items/1", "h", ""), 201, "item:1", false)
 	want(t, do(h, "POST", "/items/1", "h", ""), 201, "item:1", true)
-	if evs := rec.take(); len(evs) != 2 || evs[1].Route != "/items/:id" {
-		t.Errorf("events %+v, want two on /items/:id", evs)
+	if evs := rec.take(); len(evs) != 2 || evs[1].Route != "api.example.com/items/:id" {
+		t.Errorf("events %+v, want two on api.example.com/items/:id", evs)
 	}
 	if w := do(e, "POST", "/items/1", "h", ""); w.Code != 404 { // another host
 		t.Errorf("other host: %d, want 404", w.Code)

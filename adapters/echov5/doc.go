@@ -26,7 +26,10 @@
 //	e.POST("/payments", pay, idemechov5.Middleware(engine, idem.TTL(time.Hour))) // one route
 //
 // Echo.Use, group and route middleware and Echo.Pre all work. With
-// echo.NewVirtualHostHandler, mount it on each host's Echo. Build each
+// echo.NewVirtualHostHandler, mount it on each host's Echo, and keep the
+// hosts' keys apart with idem.WithNamespace (say, the request's host):
+// each host's Echo names its routes alike, and one engine would take
+// "POST /orders" on two hosts for one route. Build each
 // middleware once, where the router is declared: it compiles its options
 // into an idem.Policy then, and ignores nil options.
 //
