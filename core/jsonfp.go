@@ -58,8 +58,10 @@ func Ignore(pointers ...string) JSONOption {
 //
 // Every other body of a protected request must be one I-JSON value (see
 // CanonicalJSON: duplicate member names, invalid UTF-8 and nesting deeper
-// than MaxJSONDepth are invalid), whatever its Content-Type says;
-// otherwise the engine answers 400 with the invalid-json problem
+// than MaxJSONDepth are invalid), whatever its Content-Type says, and as
+// the middleware reads it: a compressed body (Content-Encoding: gzip) is
+// JSON only behind a middleware that decompresses it first; otherwise the
+// engine answers 400 with the invalid-json problem
 // (OutcomeBodyUnreadable) and stores nothing. Numbers are compared as
 // IEEE 754 doubles: integers beyond 2^53 that round to the same double,
 // such as 9007199254740993 and 9007199254740992, are the same request;
