@@ -136,8 +136,8 @@ func (s *serverConfig) settle(method string, resp any, appErr error, env envelop
 		if !ok {
 			st = status.FromContextError(appErr) // as grpc sends it: Canceled, DeadlineExceeded or Unknown
 		}
-		if !s.final[st.Code()] {
-			return env, appErr
+		if c := st.Code(); int(c) >= len(s.final) || !s.final[c] {
+			return env, appErr // not final, or a code gRPC does not define
 		}
 		env.kind, m = kindStatus, st.Proto()
 	}
@@ -205,10 +205,13 @@ func lifecycleError(err error) error {
 		return withInfo(codes.DataLoss, "idemgrpc: the result stored for this idempotency key cannot be decrypted; it is not replayed, and the call does not run again", ReasonUnreadable)
 	case errors.Is(err, idem.ErrNamespaceRequired):
 		return withInfo(codes.PermissionDenied, "idemgrpc: the call carries no client identity to scope its idempotency key", ReasonNoNamespace)
+	case errors.Is(err, idem.ErrStoreFailure) && hint:
+		// Before the context errors: a store call that ran out of the
+		// engine's store timeout wraps DeadlineExceeded, while the
+		// caller's own end comes as its context's bare error.
+		return withInfo(codes.Unavailable, fmt.Sprintf("idemgrpc: the idempotency store is unavailable; retry with the same key in %v", re.After), ReasonStoreFailure, &errdetails.RetryInfo{RetryDelay: durationpb.New(re.After)})
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
-	case errors.Is(err, idem.ErrStoreFailure) && hint:
-		return withInfo(codes.Unavailable, fmt.Sprintf("idemgrpc: the idempotency store is unavailable; retry with the same key in %v", re.After), ReasonStoreFailure, &errdetails.RetryInfo{RetryDelay: durationpb.New(re.After)})
 	}
 	return status.Errorf(codes.Internal, "idemgrpc: %v", err)
 }
