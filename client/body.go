@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 )
 
@@ -31,7 +32,11 @@ func newBody(req *http.Request, limit int64) (body, error) {
 	case limit == 0 || req.ContentLength > limit:
 		return b, nil
 	}
-	buf, err := io.ReadAll(io.LimitReader(req.Body, limit+1))
+	n := limit
+	if n < math.MaxInt64 {
+		n++ // one byte more tells a body longer than limit
+	}
+	buf, err := io.ReadAll(io.LimitReader(req.Body, n))
 	if err != nil {
 		req.Body.Close()
 		return body{}, fmt.Errorf("idemclient: reading the request body: %w", err)

@@ -192,7 +192,8 @@ func WithRetryAfterCap(d time.Duration) Option {
 
 // WithMaxBufferedBody sets how many bytes of a request body without GetBody
 // the transport buffers so it can send it again. A longer body, or any body
-// without GetBody when n is 0, is sent once and never retried.
+// without GetBody when n is 0, is sent once and never retried; with
+// math.MaxInt64 every body is buffered, whatever its length.
 // Default: 1 MiB.
 func WithMaxBufferedBody(n int64) Option {
 	return httpOnly("WithMaxBufferedBody", func(c *config) error {
