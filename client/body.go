@@ -2,6 +2,8 @@ package idemclient
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -18,7 +20,8 @@ type body struct {
 
 // newBody prepares req's body for replay: with req.GetBody when it has
 // one, else by reading up to limit bytes of it. A body that is longer is
-// sent once, as it is.
+// sent once, as it is. When reading fails or req's context ends first,
+// req.Body is closed and the error returned.
 func newBody(req *http.Request, limit int64) (body, error) {
 	b := body{first: req.Body, length: req.ContentLength}
 	switch {
@@ -36,10 +39,13 @@ func newBody(req *http.Request, limit int64) (body, error) {
 	if n < math.MaxInt64 {
 		n++ // one byte more tells a body longer than limit
 	}
-	buf, err := io.ReadAll(io.LimitReader(req.Body, n))
+	buf, err := readAll(req.Context(), io.LimitReader(req.Body, n))
 	if err != nil {
-		req.Body.Close()
-		return body{}, fmt.Errorf("idemclient: reading the request body: %w", err)
+		req.Body.Close() // unblocks a Read stalled past the context's end, if Close can
+		if ctxErr := req.Context().Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return body{}, err
+		}
+		return body{}, fmt.Errorf("reading the request body: %w", err)
 	}
 	if int64(len(buf)) > limit {
 		// Too long to replay: send what was read, then the rest.
@@ -58,4 +64,27 @@ func newBody(req *http.Request, limit int64) (body, error) {
 	b.get = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 	b.first, _ = b.get()
 	return b, nil
+}
+
+// readAll reads r to its end, or until ctx ends: then it returns ctx's
+// error at once, and a Read still blocked ends in the background.
+func readAll(ctx context.Context, r io.Reader) ([]byte, error) {
+	if ctx.Done() == nil {
+		return io.ReadAll(r)
+	}
+	type result struct {
+		buf []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		buf, err := io.ReadAll(r)
+		done <- result{buf, err}
+	}()
+	select {
+	case r := <-done:
+		return r.buf, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }

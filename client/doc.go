@@ -42,8 +42,13 @@
 //
 // A retry sends the whole body again: from req.GetBody when it is set (as
 // http.NewRequest does for bytes, strings and their readers), otherwise
-// from a copy the transport buffers before the first attempt, up to 1 MiB
-// (WithMaxBufferedBody). A longer body is streamed once and never retried.
+// from a copy the transport buffers, up to 1 MiB (WithMaxBufferedBody).
+// Buffering reads the body, up to the limit and one byte more, before the
+// first attempt sends anything: a body produced slowly (a pipe, a stream)
+// is held back until it ends or passes the limit. A longer body is then
+// sent once, what was read followed by the rest, and never retried. When
+// reading the body fails, or the request's context ends first, nothing is
+// sent: RoundTrip closes the body and returns an *Error with no attempt.
 //
 // # Waits and limits
 //

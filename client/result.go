@@ -66,19 +66,24 @@ type Attempt struct {
 }
 
 // Error is the error of a protected request whose last attempt failed
-// without a response. The request may or may not have reached the server:
-// sending it again later with the same Key is safe.
+// without a response, or that was never sent (Attempts is 0): its context
+// had ended, or its body could not be read. The request may or may not
+// have reached the server: sending it again later with the same Key is
+// safe.
 //
 //	var e *idemclient.Error
 //	if errors.As(err, &e) { log.Printf("gave up after %d attempts", e.Attempts) }
 type Error struct {
 	Key      string // the idempotency key sent
-	Attempts int    // attempts made, the failed one included
-	Err      error  // the last attempt's error, or the context's
+	Attempts int    // attempts made, the failed one included; 0 when none was
+	Err      error  // the last attempt's error, the context's, or the body's
 }
 
 func (e *Error) Error() string {
-	if e.Attempts == 1 {
+	switch e.Attempts {
+	case 0:
+		return fmt.Sprintf("idemclient: not sent: %v", e.Err)
+	case 1:
 		return fmt.Sprintf("idemclient: 1 attempt: %v", e.Err)
 	}
 	return fmt.Sprintf("idemclient: %d attempts: %v", e.Attempts, e.Err)

@@ -71,7 +71,11 @@ func (t *Transport) CloseIdleConnections() {
 // the answer is retryable and the limits allow. It does not modify req:
 // each attempt is a clone carrying the key. The final response's Request
 // is the last attempt's clone, and ResultOf reports on it. A protected
-// request whose last attempt got no response fails with an *Error.
+// request whose last attempt got no response fails with an *Error, and so
+// does one never sent (Attempts 0): its context had ended, or reading its
+// body to buffer it failed or outlasted the context. RoundTrip then closes
+// the body and returns at once, though a Read of it that ignores Close
+// may go on in the background.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !slices.Contains(t.cfg.methods, req.Method) {
 		return t.base.RoundTrip(req)
@@ -83,11 +87,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if key == "" {
 		return t.base.RoundTrip(req) // no key: sent once, as it is
 	}
+	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, &Error{Key: key, Err: err}
+	}
 	b, err := newBody(req, t.cfg.maxBuffered)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Key: key, Err: err}
 	}
-	ctx := req.Context()
 	proto := req.Clone(ctx)
 	if proto.Header == nil {
 		proto.Header = make(http.Header)

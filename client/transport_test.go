@@ -477,17 +477,6 @@ func TestBodies(t *testing.T) {
 			checkBodies(t, srv, 1, "x")
 		})
 	})
-	t.Run("reading the body fails", func(t *testing.T) {
-		tr := newTransport(t, roundTripFunc(func(*http.Request) (*http.Response, error) {
-			t.Error("a request was sent")
-			return nil, errors.New("unreachable")
-		}))
-		rc := &failingBody{}
-		req, _ := http.NewRequest("POST", "http://pipe/orders", rc)
-		if _, err := tr.RoundTrip(req); err == nil || !rc.closed {
-			t.Errorf("error %v, body closed %v; want an error and the body closed", err, rc.closed)
-		}
-	})
 }
 
 func checkBodies(t *testing.T, srv *fakeServer, n int, want string) {
@@ -502,11 +491,6 @@ func checkBodies(t *testing.T, srv *fakeServer, n int, want string) {
 		}
 	}
 }
-
-type failingBody struct{ closed bool }
-
-func (b *failingBody) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
-func (b *failingBody) Close() error             { b.closed = true; return nil }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
