@@ -24,6 +24,10 @@
 //	429, 502, 503, 504                                  yes, honouring Retry-After
 //	connection refused, reset or closed before the
 //	  response (EOF), a timeout before the headers      yes, with backoff
+//	HTTP/2: the stream reset with REFUSED_STREAM or
+//	  INTERNAL_ERROR, or GOAWAY (NO_ERROR or
+//	  INTERNAL_ERROR) and the connection closed         yes, with backoff
+//	HTTP/2: any other reset or GOAWAY code              no
 //	a replayed response (Idempotent-Replayed: true)     no: it is the stored answer
 //	any other status: 2xx, 3xx, 400, 413, 422, 500, ... no
 //	any error once the request's context has ended      no

@@ -42,6 +42,16 @@ func TestRetryableError(t *testing.T) {
 		{"another context's deadline", live, context.DeadlineExceeded, true},
 		{"in a url.Error", live, &url.Error{Op: "Post", URL: "http://x", Err: io.EOF}, true},
 		{"server closed idle connection", live, &url.Error{Op: "Post", URL: "http://x", Err: errors.New("http: server closed idle connection")}, true},
+		{"HTTP/2 REFUSED_STREAM", live, h2StreamError{StreamID: 1, Code: h2RefusedStream}, true},
+		{"HTTP/2 INTERNAL_ERROR", live, &url.Error{Op: "Post", URL: "http://x", Err: h2StreamError{StreamID: 3, Code: h2InternalError, Cause: errors.New("received from peer")}}, true},
+		{"HTTP/2 PROTOCOL_ERROR", live, h2StreamError{StreamID: 1, Code: 0x1}, false},
+		{"HTTP/2 CANCEL", live, h2StreamError{StreamID: 1, Code: 0x8}, false},
+		{"HTTP/2 REFUSED_STREAM after the context ended", dead, h2StreamError{StreamID: 1, Code: h2RefusedStream}, false},
+		{"GOAWAY above the last stream", live, errors.New("http2: Transport received Server's graceful shutdown GOAWAY"), true},
+		{"GOAWAY NO_ERROR, then closed", live, goAway("NO_ERROR", ""), true},
+		{"GOAWAY INTERNAL_ERROR, then closed", live, goAway("INTERNAL_ERROR", ""), true},
+		{"GOAWAY ENHANCE_YOUR_CALM, then closed", live, goAway("ENHANCE_YOUR_CALM", ""), false},
+		{"GOAWAY PROTOCOL_ERROR whose debug data looks retryable", live, goAway("PROTOCOL_ERROR", "ErrCode=NO_ERROR, "), false},
 		{"the caller's deadline", dead, context.DeadlineExceeded, false},
 		{"EOF after the context ended", dead, io.EOF, false},
 		{"cancelled", live, context.Canceled, false},
@@ -54,6 +64,12 @@ func TestRetryableError(t *testing.T) {
 			t.Errorf("%s: retryable %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// goAway returns the error net/http's HTTP/2 transport gives for a server
+// that sent GOAWAY with code, then closed the connection.
+func goAway(code, debug string) error {
+	return fmt.Errorf("http2: server sent GOAWAY and closed the connection; LastStreamID=1, ErrCode=%s, debug=%q", code, debug)
 }
 
 type timeoutErr struct{}

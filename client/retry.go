@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -55,14 +56,14 @@ func retryableStatus(code int) bool {
 
 // retryableError reports whether an attempt that failed with err may be
 // retried: the connection was refused, reset or closed before the
-// response (by the server, idle or not), or the response headers did not
-// come in time. It never is
-// once the request's own context has ended.
+// response (by the server, idle or not), HTTP/2 ended the stream in a way
+// that says so (h2Retryable), or the response headers did not come in
+// time. It never is once the request's own context has ended.
 func retryableError(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || connErrno(err) {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || connErrno(err) || h2Retryable(err) {
 		return true
 	}
 	if strings.Contains(err.Error(), "http: server closed idle connection") {
@@ -74,6 +75,57 @@ func retryableError(ctx context.Context, err error) bool {
 	}
 	t, ok := errors.AsType[timeouter](err)
 	return ok && t.Timeout()
+}
+
+// HTTP/2 error codes (RFC 9113, section 7).
+const (
+	h2InternalError = 0x2
+	h2RefusedStream = 0x7
+)
+
+// h2StreamError has the fields of net/http's HTTP/2 StreamError (an
+// RST_STREAM frame), whose As method fills any struct with these field
+// names and convertible types: errors.As finds one without an import of
+// golang.org/x/net.
+type h2StreamError struct {
+	StreamID uint32
+	Code     uint32
+	Cause    error
+}
+
+func (e h2StreamError) Error() string {
+	return fmt.Sprintf("stream error: stream ID %d; code %#x", e.StreamID, e.Code)
+}
+
+// h2Retryable reports whether err is net/http's HTTP/2 telling that the
+// server ended the attempt's stream in a way that a retry may get past:
+//   - RST_STREAM with REFUSED_STREAM: the server did not process it;
+//   - RST_STREAM with INTERNAL_ERROR: the server failed while handling it
+//     (a handler that panicked), as HTTP/1 ends the connection (EOF);
+//   - a GOAWAY and a stream above its last stream ID: not processed;
+//   - a GOAWAY with NO_ERROR (a graceful shutdown) or INTERNAL_ERROR, then
+//     the connection closed with the stream open: as HTTP/1's EOF.
+//
+// Other codes (PROTOCOL_ERROR, CANCEL, ENHANCE_YOUR_CALM, ...) are not
+// retried. net/http already retries REFUSED_STREAM and the first GOAWAY
+// case itself, a few times, inside one attempt.
+func h2Retryable(err error) bool {
+	if se, ok := errors.AsType[h2StreamError](err); ok {
+		return se.Code == h2RefusedStream || se.Code == h2InternalError
+	}
+	// The GOAWAY errors are not exported, nor convertible: their text is
+	// all there is.
+	msg := err.Error()
+	if strings.Contains(msg, "http2: Transport received Server's graceful shutdown GOAWAY") {
+		return true
+	}
+	if _, rest, ok := strings.Cut(msg, "http2: server sent GOAWAY and closed the connection; "); ok {
+		// LastStreamID=1, ErrCode=NO_ERROR, debug="..."
+		_, rest, _ = strings.Cut(rest, "ErrCode=")
+		code, _, _ := strings.Cut(rest, ",")
+		return code == "NO_ERROR" || code == "INTERNAL_ERROR"
+	}
+	return false
 }
 
 // parseRetryAfter returns the wait a Retry-After value asks for: a number
