@@ -59,18 +59,20 @@
 // The wait before a retry is the answer's Retry-After (seconds, or an
 // HTTP-date read against the response's Date), cut to 10 s
 // (WithRetryAfterCap); without one it is "full jitter" exponential backoff:
-// a random time up to 100 ms·2^(n-1), at most 5 s (WithBackoff). A logical
-// request makes at most 5 attempts (WithMaxAttempts), not counting those
-// answered with an in-progress 409: the first attempt is still running, or
-// its crashed server's lease has not ended, so the transport keeps asking,
-// at least 100 ms apart (the backoff base), while the budget allows. No retry is made whose wait would end more than
-// 30 s after the first attempt began (WithBudget), or at or after the
-// context's deadline: then the last answer is returned at once. The
-// request's context always wins: no
-// attempt starts after it ends, and a wait it interrupts ends the request
-// with its error. Bound one attempt with the base transport's
-// ResponseHeaderTimeout (a timeout is retried) and the whole logical
-// request with http.Client.Timeout or the context.
+// after the n-th failed attempt, a random time up to 100 ms·2^(n-1), at
+// most 5 s (WithBackoff). A logical request makes at most 5 attempts
+// (WithMaxAttempts), not counting those answered with an in-progress 409:
+// the first attempt is still running, or its crashed server's lease has
+// not ended, so the transport keeps asking while the budget allows, at
+// least 100 ms apart (the backoff base) whatever the Retry-After, and
+// without one after a backoff of their own: in-progress answers never
+// lengthen the backoff of a failure. No retry is made whose wait would end
+// more than 30 s after the first attempt began (WithBudget), or at or
+// after the context's deadline: then the last answer is returned at once.
+// The request's context always wins: no attempt starts after it ends, and
+// a wait it interrupts ends the request with its error. Bound one attempt
+// with the base transport's ResponseHeaderTimeout (a timeout is retried)
+// and the whole logical request with http.Client.Timeout or the context.
 //
 // These limits and waits are a RetryPolicy, which NewRetryPolicy builds
 // from the same options for clients of other protocols: the gRPC client

@@ -166,8 +166,10 @@ func WithBudget(d time.Duration) Option {
 }
 
 // WithBackoff sets the exponential backoff used when an answer has no
-// Retry-After: before retry n the transport waits a random time between 0
-// and min(maxWait, base·2^(n-1)) ("full jitter"). Default: 100ms and 5s.
+// Retry-After: after the n-th failed attempt the transport waits a random
+// time between 0 and min(maxWait, base·2^(n-1)) ("full jitter"). Attempts
+// answered in progress are counted apart, and wait at least base.
+// Default: 100ms and 5s.
 func WithBackoff(base, maxWait time.Duration) Option {
 	return func(c *config) error {
 		if base <= 0 || maxWait < base {

@@ -60,8 +60,8 @@ type Retries struct {
 	p     *RetryPolicy
 	ctx   context.Context
 	start time.Time
-	n     int // attempts made
 	spent int // attempts that count toward the limit: all but in-progress ones
+	busy  int // attempts answered in progress
 }
 
 // Next is called after each attempt, with whether its answer may be
@@ -71,11 +71,16 @@ type Retries struct {
 // returns the wait before the next attempt and whether that attempt may
 // be made: ok is false when the answer may not be retried, or the attempt
 // limit, the budget or ctx's deadline would be passed. The wait is the
-// asked-for one up to the cap (WithRetryAfterCap), at least the backoff
-// base for an in-progress answer; without one, the backoff (WithBackoff).
+// asked-for one up to the cap (WithRetryAfterCap); without one, the
+// backoff (WithBackoff), which grows with the attempts that count. An
+// in-progress answer waits at least the backoff base, whatever it asks
+// for; without a wait asked for, it backs off on its own count, so that
+// waiting out a running request neither hammers the server nor makes the
+// backoff of a later failure longer.
 func (r *Retries) Next(retryable, inProgress bool, hint time.Duration) (wait time.Duration, ok bool) {
-	r.n++
-	if !inProgress {
+	if inProgress {
+		r.busy++
+	} else {
 		r.spent++
 	}
 	if !retryable {
@@ -83,10 +88,12 @@ func (r *Retries) Next(retryable, inProgress bool, hint time.Duration) (wait tim
 	}
 	p := r.p
 	switch {
-	case hint < 0:
-		wait = p.backoff(r.n)
+	case inProgress && hint < 0:
+		wait = max(p.backoff(r.busy), p.backoffBase)
 	case inProgress:
 		wait = max(min(hint, p.retryAfterCap), p.backoffBase)
+	case hint < 0:
+		wait = p.backoff(r.spent)
 	default:
 		wait = min(hint, p.retryAfterCap)
 	}
@@ -119,8 +126,9 @@ func (r *Retries) Wait(d time.Duration) error {
 	}
 }
 
-// backoff returns the wait before retry n (1 for the first retry) when the
-// answer asks for none: full jitter over base·2^(n-1), capped.
+// backoff returns the wait after the n-th answer (n from 1) of one kind,
+// failures or in-progress answers, when it asks for none: full jitter over
+// base·2^(n-1), capped.
 func (p *RetryPolicy) backoff(n int) time.Duration {
 	d := p.backoffBase
 	for i := 1; i < n && d < p.backoffCap; i++ {

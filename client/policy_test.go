@@ -39,7 +39,7 @@ func TestNewRetryPolicy(t *testing.T) {
 }
 
 // TestRetriesNext runs one logical call's decisions; the jitter always
-// waits the longest backoff, so waits are exact.
+// waits the longest backoff, or 0 where the case says, so waits are exact.
 func TestRetriesNext(t *testing.T) {
 	type step struct {
 		retryable, inProgress bool
@@ -51,30 +51,50 @@ func TestRetriesNext(t *testing.T) {
 		name  string
 		opts  []Option
 		dl    time.Duration // the context's deadline, 0 for none
+		low   bool          // the jitter always waits 0, its low end, instead of the longest backoff
 		steps []step
 	}{
-		{"backoff doubles to its cap, then the limit", []Option{WithMaxAttempts(4), WithBackoff(time.Second, 3*time.Second)}, 0, []step{
+		{"backoff doubles to its cap, then the limit", []Option{WithMaxAttempts(4), WithBackoff(time.Second, 3*time.Second)}, 0, false, []step{
 			{true, false, -1, time.Second, true},
 			{true, false, -1, 2 * time.Second, true},
 			{true, false, -1, 3 * time.Second, true},
 			{true, false, -1, 3 * time.Second, false},
 		}},
-		{"not retryable", nil, 0, []step{{false, false, time.Second, 0, false}}},
-		{"a hint up to its cap", []Option{WithRetryAfterCap(2 * time.Second)}, 0, []step{
+		{"not retryable", nil, 0, false, []step{{false, false, time.Second, 0, false}}},
+		{"a hint up to its cap", []Option{WithRetryAfterCap(2 * time.Second)}, 0, false, []step{
 			{true, false, time.Second, time.Second, true},
 			{true, false, time.Hour, 2 * time.Second, true},
 			{true, false, 0, 0, true},
 		}},
-		{"in progress: the backoff base at least, not counted", []Option{WithMaxAttempts(1)}, 0, []step{
+		{"in progress: the backoff base at least, not counted", []Option{WithMaxAttempts(1)}, 0, false, []step{
 			{true, true, 0, DefaultBackoffBase, true},
 			{true, true, time.Second, time.Second, true},
 			{true, false, 0, 0, false},
 		}},
-		{"the budget", []Option{WithBudget(5 * time.Second)}, 0, []step{
+		{"in progress without a hint: the backoff base at least, whatever the jitter", nil, 0, true, []step{
+			{true, true, -1, DefaultBackoffBase, true},
+			{true, true, -1, DefaultBackoffBase, true},
+			{true, true, -2 * time.Second, DefaultBackoffBase, true},
+		}},
+		{"in progress without a hint: a backoff of its own", []Option{WithBackoff(time.Second, 8*time.Second)}, 0, false, []step{
+			{true, true, -1, time.Second, true},
+			{true, true, -1, 2 * time.Second, true},
+			{true, true, -1, 4 * time.Second, true},
+			{true, false, -1, time.Second, true},
+			{true, true, -1, 8 * time.Second, true},
+		}},
+		{"a failure's backoff counts failures only", []Option{WithBackoff(time.Second, 8*time.Second)}, 0, false, []step{
+			{true, false, -1, time.Second, true},
+			{true, true, 0, time.Second, true},
+			{true, true, 0, time.Second, true},
+			{true, true, 0, time.Second, true},
+			{true, false, -1, 2 * time.Second, true},
+		}},
+		{"the budget", []Option{WithBudget(5 * time.Second)}, 0, false, []step{
 			{true, false, 5 * time.Second, 5 * time.Second, true},
 			{true, false, 6 * time.Second, 6 * time.Second, false},
 		}},
-		{"the deadline", nil, 3 * time.Second, []step{
+		{"the deadline", nil, 3 * time.Second, false, []step{
 			{true, false, 2 * time.Second, 2 * time.Second, true},
 			{true, false, 3 * time.Second, 3 * time.Second, false},
 		}},
@@ -86,6 +106,9 @@ func TestRetriesNext(t *testing.T) {
 					t.Fatal(err)
 				}
 				p.jitter = func(d time.Duration) time.Duration { return d }
+				if tc.low {
+					p.jitter = func(time.Duration) time.Duration { return 0 }
+				}
 				ctx := t.Context()
 				if tc.dl > 0 {
 					var cancel context.CancelFunc

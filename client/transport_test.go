@@ -709,4 +709,22 @@ func TestInProgressNotCounted(t *testing.T) {
 			}
 		})
 	})
+	t.Run("without Retry-After: the backoff base at least", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			srv := &fakeServer{steps: []step{conflict(""), conflict(""), conflict("")}}
+			tr := newTransport(t, pipeServer(t, srv))
+			tr.cfg.retry.jitter = func(time.Duration) time.Duration { return 0 } // full jitter's low end
+			start := time.Now()
+			resp, _, err := post(t, t.Context(), tr, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, _ := ResultOf(resp); resp.StatusCode != 201 || r.Attempts != 4 {
+				t.Errorf("got %d after %d attempts, want 201 after 4", resp.StatusCode, r.Attempts)
+			}
+			if d := time.Since(start); d != 3*DefaultBackoffBase {
+				t.Errorf("took %v, want 3 waits of the backoff base", d)
+			}
+		})
+	})
 }
