@@ -2,6 +2,7 @@ package idemclient
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -132,10 +133,20 @@ func (r *Retries) Wait(d time.Duration) error {
 func (p *RetryPolicy) backoff(n int) time.Duration {
 	d := p.backoffBase
 	for i := 1; i < n && d < p.backoffCap; i++ {
+		if d > p.backoffCap/2 {
+			d = p.backoffCap // doubling would pass the cap, or overflow
+			break
+		}
 		d *= 2
 	}
 	return p.jitter(min(d, p.backoffCap))
 }
 
-// fullJitter returns a uniformly random duration in [0, d].
-func fullJitter(d time.Duration) time.Duration { return rand.N(d + 1) }
+// fullJitter returns a uniformly random duration in [0, d], or in [0, d)
+// for the largest Duration, where d+1 would overflow.
+func fullJitter(d time.Duration) time.Duration {
+	if d == math.MaxInt64 {
+		return rand.N(d)
+	}
+	return rand.N(d + 1)
+}

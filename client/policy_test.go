@@ -3,6 +3,7 @@ package idemclient
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"testing"
 	"testing/synctest"
@@ -144,4 +145,59 @@ func TestRetriesWait(t *testing.T) {
 			t.Errorf("Wait(0) after cancel = %v, want context.Canceled", err)
 		}
 	})
+}
+
+// TestBackoffHugeCap runs the backoff far past where base·2^(n-1) leaves
+// int64, under caps up to math.MaxInt64 ("no cap"): each wait must be the
+// doubled base up to the cap (jitter at its high end), never negative,
+// and full jitter must stay within [0, the cap] without panicking.
+func TestBackoffHugeCap(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		base, cap time.Duration
+	}{
+		{"no cap", time.Second, math.MaxInt64},
+		{"a cap just past a doubling", time.Second, 1<<62 + 1},
+		{"the base at the cap", math.MaxInt64, math.MaxInt64},
+		{"an odd base under no cap", 3 * time.Nanosecond, math.MaxInt64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewRetryPolicy(WithBackoff(tc.base, tc.cap))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for n := 1; n <= 100; n++ {
+				want := tc.cap
+				if n-1 < 63 && tc.base <= tc.cap>>(n-1) {
+					want = min(tc.base<<(n-1), tc.cap)
+				}
+				p.jitter = func(d time.Duration) time.Duration { return d }
+				if d := p.backoff(n); d != want {
+					t.Fatalf("backoff(%d) = %v, want %v", n, d, want)
+				}
+				p.jitter = fullJitter
+				if d := p.backoff(n); d < 0 || d > tc.cap {
+					t.Fatalf("jittered backoff(%d) = %v, want within [0, %v]", n, d, tc.cap)
+				}
+			}
+		})
+	}
+}
+
+// TestNextHugeLimits makes many retries under limits of math.MaxInt64: the
+// waits must stay within [0, the cap].
+func TestNextHugeLimits(t *testing.T) {
+	p, err := NewRetryPolicy(WithMaxAttempts(math.MaxInt), WithBudget(math.MaxInt64), WithBackoff(time.Second, math.MaxInt64), WithRetryAfterCap(math.MaxInt64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Begin(t.Context())
+	for i := range 200 {
+		inProgress := i%2 == 1
+		for _, hint := range []time.Duration{-1, math.MaxInt64} {
+			if wait, _ := r.Next(true, inProgress, hint); wait < 0 {
+				t.Fatalf("retry %d (in progress %v, hint %v): wait %v", i+1, inProgress, hint, wait)
+			}
+		}
+	}
 }
