@@ -60,6 +60,8 @@ type Result = idemclient.Result
 
 // Report returns a call option that fills r once a call through the client
 // interceptor ends, whatever its outcome; an unprotected call leaves it.
+// When a call has several, the last non-nil one is filled; Report(nil) is
+// ignored.
 func Report(r *Result) grpc.CallOption { return reportOption{r: r} }
 
 type reportOption struct {
@@ -81,7 +83,7 @@ func (c *clientConfig) intercept(ctx context.Context, method string, req, reply 
 	}
 	report := new(Result) // Report's, if given
 	for _, o := range opts {
-		if r, ok := o.(reportOption); ok {
+		if r, ok := o.(reportOption); ok && r.r != nil {
 			report = r.r
 		}
 	}

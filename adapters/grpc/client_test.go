@@ -334,3 +334,49 @@ func TestClientNoServer(t *testing.T) {
 		t.Errorf("%v %+v, want Unavailable after 3 attempts", err, r)
 	}
 }
+
+// TestClientReportNil passes Report(nil), alone and after Report(&r), on
+// calls that end each way the interceptor reports: success, the retries
+// given up, and the context ending during a wait. A nil is ignored: the
+// call is made and retried as without it, and an earlier Report is
+// still filled.
+func TestClientReportNil(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		err      error // every attempt's
+		cancelAt time.Duration
+		want     codes.Code
+	}{
+		{"success", nil, 0, codes.OK},
+		{"the retries given up", unavailableErr(0), 0, codes.Unavailable},
+		{"the context ended during a wait", unavailableErr(time.Second), 500 * time.Millisecond, codes.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				unary, err := idemgrpc.UnaryClientInterceptor(idemgrpc.WithRetry(idemclient.WithMaxAttempts(2)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				call := func(opts ...grpc.CallOption) error {
+					ctx, cancel := context.WithCancel(t.Context())
+					defer cancel()
+					if tc.cancelAt > 0 {
+						time.AfterFunc(tc.cancelAt, cancel)
+					}
+					f := &fake{answer: func(int) (metadata.MD, error) { return nil, tc.err }, start: time.Now()}
+					return unary(ctx, unaryCall, &testpb.SimpleRequest{}, &testpb.SimpleResponse{}, nil, f.invoke, opts...)
+				}
+				if err := call(idemgrpc.Report(nil)); status.Code(err) != tc.want {
+					t.Errorf("Report(nil): error %v, want %v", err, tc.want)
+				}
+				var r idemgrpc.Result
+				if err := call(idemgrpc.Report(&r), idemgrpc.Report(nil)); status.Code(err) != tc.want {
+					t.Errorf("Report(&r), Report(nil): error %v, want %v", err, tc.want)
+				}
+				if r.Key == "" || r.Attempts == 0 {
+					t.Errorf("Report(&r) before Report(nil) got %+v, want it filled", r)
+				}
+			})
+		})
+	}
+}
