@@ -365,9 +365,11 @@ func (f *flight) task(kind taskKind, resp Response) *task {
 func (f *flight) end() {
 	f.e.local.finish(f, nil) // a path that did not settle: duplicates ask the store
 	f.ev.Total = time.Since(f.start)
+	// The observer is the user's code: should it panic, a pending
+	// completion still lands and the waiters still wake.
+	defer f.e.local.release(f)
+	defer f.launch()
 	f.e.cfg.observer(f.ctx, f.ev)
-	f.launch()
-	f.e.local.release(f)
 }
 
 // retryAfter returns the hint for a retry: the engine's, but no more than

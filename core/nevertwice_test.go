@@ -733,3 +733,33 @@ func TestEvictedStreamIsNotReplayed(t *testing.T) {
 		}
 	})
 }
+
+// TestPanickingObserverKeepsThePromise: an observer that panics (the
+// user's code) must not keep a pending completion from landing: the
+// record lands in the background, and a retry replays it.
+func TestPanickingObserverKeepsThePromise(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newBlipStore()
+		var panicked atomic.Bool
+		e, _ := newEngine(t, s, WithObserver(func(ctx context.Context, ev Event) {
+			if panicked.CompareAndSwap(false, true) {
+				panic("observer bug")
+			}
+		}))
+		h := &counting{}
+		mw := e.Middleware()(h)
+		s.set(true, "complete")
+		func() {
+			defer func() { recover() }()
+			post(mw, "/", "k", "")
+		}()
+		if !panicked.Load() {
+			t.Fatal("the observer was not called")
+		}
+		s.set(false, "complete")
+		time.Sleep(20 * time.Second) // past the lease: only the record keeps the key
+		if w := post(mw, "/", "k", ""); w.Header().Get("Idempotent-Replayed") != "true" || h.runs.Load() != 1 {
+			t.Errorf("retry after the observer panicked: %d, runs %d; want the replay of the one run", w.Code, h.runs.Load())
+		}
+	})
+}
