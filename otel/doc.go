@@ -16,11 +16,13 @@
 //     methods pass through unseen), with the attributes outcome (the idem.Outcome:
 //     executed, replayed, replayed_after_wait, released, conflict,
 //     wait_timeout, fingerprint_mismatch, missing_key, invalid_key,
-//     body_too_large, store_failure, skipped), http.request.method and
+//     body_too_large, body_unreadable, store_failure, not_acceptable,
+//     undecryptable, no_namespace, canceled, skipped), http.request.method and
 //     http.route (the route template, absent when the engine had none).
 //   - idempotency.store.duration, a histogram in seconds: one per store
 //     call, with the attributes operation (claim, complete, release, get,
-//     delete, extend, begin_tx, commit, rollback) and error (a bool).
+//     delete, extend, begin_tx, commit, rollback, evict, now) and error (a
+//     bool).
 //   - idempotency.wait.duration, a histogram in seconds: the time a request
 //     waited for another with the same key in wait mode (idem.WithWait),
 //     with the attributes of idempotency.requests.

@@ -82,7 +82,7 @@
 //
 // After the chain returns, the middleware captures fasthttp's response
 // (status, headers, body) and hands it to the engine, which stores it or
-// releases the key by the release rule (5xx, 408 and 429 by default are
+// releases the key by the release rule (5xx and 429 by default are
 // released), drops the headers a replay must not carry (Set-Cookie,
 // Date, hop-by-hop) and stores a body past idem.WithMaxResponseBody
 // without its bytes. Headers that middleware outside set before the

@@ -10,7 +10,11 @@
 // or a request field (WithKeyFunc). Methods follow idem's per-operation
 // policy, as HTTP routes do (ForMethod). A call is an operation of Kind
 // "grpc" named by its full method and scoped by WithNamespace, whose
-// fingerprint covers the request's deterministic encoding. Streams pass.
+// fingerprint covers the request's deterministic encoding. That encoding
+// is stable for one build of the message: during a rolling deploy that
+// adds a field, a retry that reaches a server of the other version, with
+// the new field set, may be refused as key reused (FailedPrecondition);
+// it never runs twice. Streams pass.
 //
 // The handler's metadata reaches the real stream once the answer is
 // stored (SendHeader sends nothing early; grpc.SetSendCompressor fails).
