@@ -171,6 +171,16 @@ func newClaimRecord(c *store.Claim) (string, error) {
 	return string(b), nil
 }
 
+// heldBy reports whether v, a record as Redis returns it, is in progress
+// and holds token, which is not empty.
+func heldBy(v, token string) bool {
+	if token == "" || len(v) < offToken || v[0] != '1' {
+		return false
+	}
+	n, err := strconv.ParseUint(v[offTokLen:offToken], 10, 32)
+	return err == nil && offToken+int(n) <= len(v) && v[offToken:offToken+int(n)] == token
+}
+
 // encodeResultHead encodes the result up to its body, which the complete
 // script appends.
 func encodeResultHead(res *store.Result) []byte {

@@ -81,6 +81,14 @@
 // script, a second round trip. Lease and expiry checks use the times the
 // engine passes in, never the server's clock.
 //
+// go-redis sends a command again when its connection breaks after the
+// command went out, so a claim whose reply was lost may find the record
+// its first attempt stored. A record in progress that holds the claim's
+// token (random per claim) is that record, and the claim is reported
+// acquired, not blocked by itself; under WithReplicas its expiry is then
+// set again, unchanged, with WAIT (a second round trip), since the WAIT
+// of an attempt that wrote nothing counts nothing.
+//
 // Each record also carries a Redis TTL, so Redis reclaims it by itself
 // and the Store needs no sweeper: a completed record's ends with its
 // retention; an in-progress record's at LeaseEnd + (LeaseEnd -

@@ -181,6 +181,21 @@ redis.call('PEXPIRE', k .. 'w', px)
 return 1
 `)
 
+// touchScript sets the expiry of a held, in-progress claim again,
+// unchanged: under WithReplicas, a claim that found its own record (see
+// Store.ownClaim) pipelines it with WAIT, which then counts the replicas
+// that have the record.
+//
+//	KEYS[1] record key
+//	ARGV    token
+//
+// It returns 1 when the claim is held, 0 otherwise.
+var touchScript = redis.NewScript(heldPrelude(0) + `
+local t = redis.call('PEXPIRETIME', k)
+if t > 0 then redis.call('PEXPIREAT', k, t) end
+return 1
+`)
+
 // evictScript deletes a record, in progress or completed, that holds a
 // token, and notifies waiters.
 //

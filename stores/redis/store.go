@@ -273,6 +273,12 @@ func (s *Store) Channel() string { return s.channel }
 // atomically and takes the key over. Both paths store exactly the same
 // record. Under WithReplicas each is pipelined with WAIT, and a claim
 // taken but not acknowledged returns an error wrapping ErrNotReplicated.
+//
+// A record in progress that holds c.Token is this claim's own: go-redis
+// sends a command again when its connection broke after it was written,
+// and the second attempt finds what the first one stored (tokens are
+// random per claim, so no other claim holds it). Claim then reports the
+// claim acquired rather than blocked by itself (see ownClaim).
 func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	rec, err := newClaimRecord(&c)
 	if err != nil {
@@ -285,7 +291,7 @@ func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, er
 	k := s.Key(c.Scope, c.Key)
 	ttl := ttlMillis(c.Now, keepUntil(c.Now, c.LeaseEnd))
 	if s.scriptClaims {
-		return s.claimByScript(ctx, k, now, rec, ttl)
+		return s.claimByScript(ctx, k, c.Token, now, rec, ttl)
 	}
 	v, err := s.setNXGet(ctx, k, rec, time.Duration(ttl)*time.Millisecond)
 	if errors.Is(err, redis.Nil) {
@@ -298,10 +304,38 @@ func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, er
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("redisstore: claim, key %s: %w", k, err)
 	}
+	if heldBy(v, c.Token) {
+		return s.ownClaim(ctx, k, c.Token)
+	}
 	if !existing.Takeable(c.Now) {
 		return store.ClaimResult{Existing: &existing}, nil
 	}
-	return s.claimByScript(ctx, k, now, rec, ttl)
+	return s.claimByScript(ctx, k, c.Token, now, rec, ttl)
+}
+
+// ownClaim answers a claim that found, in progress at k, the record it
+// stored itself: an attempt whose reply was lost, sent again by go-redis.
+// The claim is acquired. Under WithReplicas the WAIT of the attempt that
+// found the record counts nothing (its connection wrote nothing), so the
+// record's expiry is set again, unchanged, while it still holds token,
+// and that write is pipelined with WAIT: a claim not acknowledged returns
+// an error wrapping ErrNotReplicated, as the first attempt would have.
+func (s *Store) ownClaim(ctx context.Context, k, token string) (store.ClaimResult, error) {
+	if s.replicas == 0 {
+		return store.ClaimResult{Acquired: true}, nil
+	}
+	r, wait, err := s.runSynced(ctx, touchScript, k, token)
+	if err != nil {
+		return store.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	held, err := s.scriptSynced(r, wait)
+	if err != nil {
+		return store.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	if !held {
+		return store.ClaimResult{}, fmt.Errorf("redisstore: claim: key %s: the claim's own record was deleted while its replication was checked", k)
+	}
+	return store.ClaimResult{Acquired: true}, nil
 }
 
 // setNXGet sends SET k rec NX PX ttl GET, and WAIT under WithReplicas. It
@@ -319,8 +353,9 @@ func (s *Store) setNXGet(ctx context.Context, k, rec string, ttl time.Duration) 
 }
 
 // claimByScript runs the claim script, which decides atomically whatever the
-// record's state. now is the claim's now in the record's time encoding.
-func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64) (store.ClaimResult, error) {
+// record's state. now is the claim's now in the record's time encoding;
+// token is the claim's, whose own record is no obstacle (see ownClaim).
+func (s *Store) claimByScript(ctx context.Context, k, token, now, rec string, ttl int64) (store.ClaimResult, error) {
 	var r any
 	var err error
 	if s.replicas == 0 {
@@ -344,6 +379,9 @@ func (s *Store) claimByScript(ctx context.Context, k, now, rec string, ttl int64
 		existing, err := decodeRecord(r)
 		if err != nil {
 			return store.ClaimResult{}, fmt.Errorf("redisstore: claim, key %s: %w", k, err)
+		}
+		if heldBy(r, token) {
+			return s.ownClaim(ctx, k, token)
 		}
 		return store.ClaimResult{Existing: &existing}, nil
 	}
