@@ -258,6 +258,14 @@ func (s *Store) decodeRecord(item map[string]types.AttributeValue) (store.Record
 	return rec, ch, nil
 }
 
+// heldBy reports whether item is a record in progress that holds token,
+// which is not empty.
+func (s *Store) heldBy(item map[string]types.AttributeValue, token string) bool {
+	st, _ := item[s.attrs.State].(*types.AttributeValueMemberN)
+	tok, _ := item[s.attrs.Token].(*types.AttributeValueMemberB)
+	return token != "" && st != nil && st.Value == stateInProgress && tok != nil && string(tok.Value) == token
+}
+
 // decoder reads attributes of one item, keeping the first error.
 type decoder struct {
 	item map[string]types.AttributeValue

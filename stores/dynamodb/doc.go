@@ -68,7 +68,11 @@
 // condition fails, ReturnValuesOnConditionCheckFailure ALL_OLD returns the
 // blocking item in the same response, so a replay, a 409 and a 422 cost
 // that one request and write nothing (a failed condition still consumes
-// one write unit). Complete and Extend are one UpdateItem and Release and
+// one write unit). A claim whose response was lost after DynamoDB
+// applied it (a reset connection, a 5xx), and which the SDK therefore
+// sent again, fails its condition on the item its first attempt wrote:
+// an item in progress that holds the claim's own token, random per
+// claim, which Claim reports acquired. Complete and Extend are one UpdateItem and Release and
 // Evict one DeleteItem, each conditioned on the claim's token (and, but
 // for Evict, on the record being in progress), so a request that lost its
 // claim never touches another's record. Get is one strongly consistent

@@ -3,9 +3,14 @@ package dynamostore
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +137,106 @@ func TestTransactionConflict(t *testing.T) {
 			rec, _, _ := x.Get(t.Context(), c.Ref(), now)
 			if want := map[bool]store.State{true: store.Completed, false: store.InProgress}[tc.ok]; rec.State != want {
 				t.Fatalf("record %v, want %v", rec.State, want)
+			}
+		})
+	}
+}
+
+// lossyTransport sends every request to the server but, once armed,
+// loses the response to the first PutItem after DynamoDB applied it: the
+// connection is reset, or the answer is replaced by a 500. The AWS SDK
+// retries both by itself, and its second attempt finds what the first
+// one wrote.
+type lossyTransport struct {
+	status  int // 0: a reset connection; otherwise the status returned
+	armed   atomic.Bool
+	dropped atomic.Int32
+	puts    atomic.Int32
+}
+
+func (l *lossyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || r.Header.Get("X-Amz-Target") != "DynamoDB_20120810.PutItem" {
+		return resp, err
+	}
+	l.puts.Add(1)
+	if !l.armed.CompareAndSwap(true, false) {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	l.dropped.Add(1)
+	if l.status == 0 {
+		return nil, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	}
+	body := `{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"Internal server error"}`
+	return &http.Response{
+		Status: http.StatusText(l.status), StatusCode: l.status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {"application/x-amz-json-1.0"}},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: r,
+	}, nil
+}
+
+// TestClaimResponseLost checks a claim whose PutItem DynamoDB applied but
+// whose response was lost (a reset connection, or a 500), and which the
+// SDK sent again by itself: the second attempt fails its condition on
+// the item the first one wrote, holding the claim's own token, and the
+// claim is acquired, not blocked by itself (which would make the engine
+// answer 409 and leave the key blocked for the whole lease, with nobody
+// to release it). So it is on an emulator that returns no item with the
+// failed condition, where Claim reads it. The claim is then held:
+// Release with its token deletes the record. A record of another token
+// still blocks.
+func TestClaimResponseLost(t *testing.T) {
+	base := newClient(t)
+	table := newTable(t, base)
+	for _, tc := range []struct {
+		name      string
+		status    int
+		noOldItem bool
+	}{
+		{name: "reset"},
+		{name: "500", status: http.StatusInternalServerError},
+		{name: "reset, no old item", noOldItem: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lossy := &lossyTransport{status: tc.status}
+			client := dynamodb.New(base.Options(), func(o *dynamodb.Options) {
+				o.HTTPClient = &http.Client{Transport: lossy}
+			})
+			var c Client = client
+			if tc.noOldItem {
+				c = noOldItem{client}
+			}
+			s, err := New(c, append(table, WithKeyPrefix(randomName("t")+"#"))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			claim := store.Claim{Scope: "s", Key: "k", Fingerprint: "fp", Token: "tok-A", Now: now, LeaseEnd: now.Add(15 * time.Second)}
+			lossy.armed.Store(true)
+			res, err := s.Claim(t.Context(), claim)
+			if lossy.dropped.Load() != 1 || lossy.puts.Load() < 2 {
+				t.Fatalf("%d responses lost, %d PutItem sent; want 1 lost and the SDK's retry", lossy.dropped.Load(), lossy.puts.Load())
+			}
+			if err != nil {
+				t.Fatalf("claim after a lost response: %v", err)
+			}
+			if !res.Acquired {
+				t.Fatalf("claim after a lost response: blocked by its own record %+v; want acquired", *res.Existing)
+			}
+
+			other := claim
+			other.Token = "tok-B"
+			if res, err := s.Claim(t.Context(), other); err != nil || res.Acquired || res.Existing.State != store.InProgress {
+				t.Fatalf("a claim of another token: %+v, %v; want blocked by the first", res, err)
+			}
+			if err := s.Release(t.Context(), claim.Hold()); err != nil {
+				t.Fatalf("release of the claim: %v", err)
+			}
+			if _, ok, err := s.Get(t.Context(), claim.Ref(), now); err != nil || ok {
+				t.Fatalf("after the release: found %v, %v; want the record gone", ok, err)
 			}
 		})
 	}

@@ -135,6 +135,12 @@ func (s *Store) Key(scope, key string) map[string]types.AttributeValue {
 // the item that blocked it in the same call
 // (ReturnValuesOnConditionCheckFailure ALL_OLD). Expired items that
 // DynamoDB's TTL has not removed yet are taken over like absent ones.
+//
+// An item in progress that holds c.Token is this claim's own: the SDK
+// sends the PutItem again when its response was lost (a reset
+// connection, a 5xx) after DynamoDB applied it, and the second attempt
+// fails its condition on what the first one wrote. Tokens are random per
+// claim, so no other claim holds it, and the claim is acquired.
 func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	in, err := s.claimInput(&c)
 	if err != nil {
@@ -162,6 +168,9 @@ func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, er
 		}
 		if item == nil {
 			continue // gone meanwhile: try again
+		}
+		if s.heldBy(item, c.Token) {
+			return store.ClaimResult{Acquired: true}, nil
 		}
 		rec, err := s.readRecord(ctx, s.Key(c.Scope, c.Key), item)
 		if err != nil {
