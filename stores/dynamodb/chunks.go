@@ -134,13 +134,16 @@ func (s *Store) chunkPuts(rec map[string]types.AttributeValue, token string, e *
 	return puts
 }
 
-// readRecord decodes item, the record under key rec, and reads its
-// body's chunks when it has any, with one strongly consistent
-// BatchGetItem (more only for keys DynamoDB leaves unprocessed).
-func (s *Store) readRecord(ctx context.Context, rec map[string]types.AttributeValue, item map[string]types.AttributeValue) (store.Record, error) {
-	r, ch, err := s.decodeRecord(item)
-	if err != nil || ch.n == 0 {
-		return r, err
+// readChunks sets the body of r, a record decoded from the item under key
+// rec, from the chunk items ch names, read with one strongly consistent
+// BatchGetItem (more only for keys DynamoDB leaves unprocessed); it
+// returns r as it is when ch names none. Its callers decode the record
+// and check its expiry first: TTL deletes an expired record's items
+// lazily and in no order, so an expired record may have lost chunks,
+// and is not corrupt for that.
+func (s *Store) readChunks(ctx context.Context, rec map[string]types.AttributeValue, r store.Record, ch chunked) (store.Record, error) {
+	if ch.n == 0 {
+		return r, nil
 	}
 	keys := make([]map[string]types.AttributeValue, ch.n)
 	index := make(map[string]int, ch.n)
@@ -185,6 +188,7 @@ func (s *Store) readRecord(ctx context.Context, rec map[string]types.AttributeVa
 		body = append(body, p...)
 	}
 	if ch.gzip {
+		var err error
 		if body, err = gunzip(body); err != nil {
 			return store.Record{}, fmt.Errorf("%w: the body's chunks: bad gzip data: %w", store.ErrCorruptRecord, err)
 		}

@@ -84,7 +84,9 @@
 // The engine's times decide, never DynamoDB's: an item past expires_at
 // is taken over by Claim and reported gone by Get whether or not TTL has
 // deleted it, since DynamoDB deletes expired items lazily (typically
-// within days). The ttl attribute only reclaims space: a completed
+// within days) and in no order: the expiry is read from the record's own
+// item, before any of its chunk items (see Large results), which TTL may
+// have deleted first. The ttl attribute only reclaims space: a completed
 // record's is its expiry, an in-progress one's its lease end plus as
 // long again as the lease has lasted (LeaseEnd + (LeaseEnd − CreatedAt),
 // moved by Extend, which DynamoDB computes from created_s), so that a

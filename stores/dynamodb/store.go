@@ -172,13 +172,17 @@ func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, er
 		if s.heldBy(item, c.Token) {
 			return store.ClaimResult{Acquired: true}, nil
 		}
-		rec, err := s.readRecord(ctx, s.Key(c.Scope, c.Key), item)
+		rec, ch, err := s.decodeRecord(item)
 		if err != nil {
 			return store.ClaimResult{}, fmt.Errorf("dynamostore: claim, key %q: %w", c.Key, err)
 		}
-		if ccf.Item != nil || !rec.Takeable(c.Now) {
-			return store.ClaimResult{Existing: &rec}, nil
+		if ccf.Item == nil && rec.Takeable(c.Now) {
+			continue // read back after it ended: try again, without its chunks
 		}
+		if rec, err = s.readChunks(ctx, s.Key(c.Scope, c.Key), rec, ch); err != nil {
+			return store.ClaimResult{}, fmt.Errorf("dynamostore: claim, key %q: %w", c.Key, err)
+		}
+		return store.ClaimResult{Existing: &rec}, nil
 	}
 	return store.ClaimResult{}, fmt.Errorf("dynamostore: claim: the record kept changing over %d attempts", maxClaimAttempts)
 }
@@ -295,12 +299,15 @@ func (s *Store) Get(ctx context.Context, r store.Ref, now time.Time) (store.Reco
 	if out.Item == nil {
 		return store.Record{}, false, nil
 	}
-	rec, err := s.readRecord(ctx, s.Key(r.Scope, r.Key), out.Item)
+	rec, ch, err := s.decodeRecord(out.Item)
 	if err != nil {
 		return store.Record{}, false, fmt.Errorf("dynamostore: get, key %q: %w", r.Key, err)
 	}
 	if !now.Before(rec.ExpiresAt) {
 		return store.Record{}, false, nil
+	}
+	if rec, err = s.readChunks(ctx, s.Key(r.Scope, r.Key), rec, ch); err != nil {
+		return store.Record{}, false, fmt.Errorf("dynamostore: get, key %q: %w", r.Key, err)
 	}
 	return rec, true, nil
 }

@@ -2,6 +2,7 @@ package dynamostore
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -277,6 +278,69 @@ func TestSmallMaxItemSize(t *testing.T) {
 	}
 	if n := (&decoder{item: rawItem(t, client, s, "s", "k")}).num("body_chunks", false); n != 3 {
 		t.Fatalf("%d chunks, want 3", n)
+	}
+}
+
+// staleCondition is a client whose next claim (PutItem) fails its
+// condition without reaching DynamoDB and without the item, as when the
+// record that blocked it changed before Claim read it back: Claim then
+// reads the item with GetItem.
+type staleCondition struct {
+	*dynamodb.Client
+	n atomic.Int32
+}
+
+func (c *staleCondition) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if c.n.Add(-1) >= 0 {
+		return nil, &types.ConditionalCheckFailedException{Message: aws.String("The conditional request failed")}
+	}
+	return c.Client.PutItem(ctx, in, opts...)
+}
+
+// TestExpiredChunks checks a completed record whose body is in chunk
+// items, after its expiry, once DynamoDB's TTL has deleted a chunk but not
+// yet the record (it deletes expired items lazily, in no order): Get
+// reports it gone, and a Claim that reads it back takes the key over,
+// without reading the chunks, rather than failing with ErrCorruptRecord.
+// Before its expiry, the same record is corrupt.
+func TestExpiredChunks(t *testing.T) {
+	client := newClient(t)
+	sc := &staleCondition{Client: client}
+	s, err := New(sc, append(newTable(t, client, WithMaxItemSize(minItemSize)), WithKeyPrefix(randomName("t")+"#"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	now := time.Now()
+	expires := now.Add(time.Minute)
+	c := store.Claim{Scope: "s", Key: "k", Fingerprint: "fp", Token: "tok", Now: now, LeaseEnd: now.Add(time.Minute)}
+	if r, err := s.Claim(ctx, c); err != nil || !r.Acquired {
+		t.Fatalf("claim: %+v %v", r, err)
+	}
+	res := store.Result{Head: []byte{1, 2}, Body: randomBytes(20 << 10)}
+	if err := s.Complete(ctx, c.Hold(), store.Completion{Result: res, Now: now, ExpiresAt: expires}); err != nil {
+		t.Fatal(err)
+	}
+	if n := (&decoder{item: rawItem(t, client, s, "s", "k")}).num("body_chunks", false); n != 3 {
+		t.Fatalf("%d chunks, want 3", n)
+	}
+	if _, err := client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(s.Table()), Key: s.chunkKey(s.Key("s", "k"), []byte(c.Token), 1),
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, _, err := s.Get(ctx, c.Ref(), expires.Add(-time.Second)); !errors.Is(err, store.ErrCorruptRecord) {
+		t.Fatalf("get before the expiry: %v, want ErrCorruptRecord", err)
+	}
+	after := expires.Add(time.Second)
+	if rec, ok, err := s.Get(ctx, c.Ref(), after); err != nil || ok {
+		t.Errorf("get after the expiry: %+v, found %v, %v; want gone", rec, ok, err)
+	}
+	sc.n.Store(1)
+	next := store.Claim{Scope: "s", Key: "k", Fingerprint: "fp", Token: "tok2", Now: after, LeaseEnd: after.Add(time.Minute)}
+	if r, err := s.Claim(ctx, next); err != nil || !r.Acquired {
+		t.Fatalf("claim after the expiry, read back: %+v, %v; want acquired", r, err)
 	}
 }
 
