@@ -62,22 +62,27 @@
 //
 // # Round trips and consistency
 //
-// Claim is one conditional PutItem that writes the new claim when there
-// is no item, when the item has expired (expires_at ≤ now) or when it is
-// an in-progress claim whose lease has ended (lease_end ≤ now); when the
+// Claim is one conditional PutItem that writes the new claim when there is
+// no item, when the item has expired (expires_at ≤ now) or when it is an
+// in-progress claim whose lease has ended (lease_end ≤ now); when the
 // condition fails, ReturnValuesOnConditionCheckFailure ALL_OLD returns the
 // blocking item in the same response, so a replay, a 409 and a 422 cost
 // that one request and write nothing (a failed condition still consumes
-// one write unit). A claim whose response was lost after DynamoDB
-// applied it (a reset connection, a 5xx), and which the SDK therefore
-// sent again, fails its condition on the item its first attempt wrote:
-// an item in progress that holds the claim's own token, random per
-// claim, which Claim reports acquired. Complete and Extend are one UpdateItem and Release and
-// Evict one DeleteItem, each conditioned on the claim's token (and, but
-// for Evict, on the record being in progress), so a request that lost its
+// one write unit); a replay whose body is in chunk items (see Large
+// results) reads them with one BatchGetItem more. A claim whose response
+// was lost after DynamoDB applied it (a reset connection, a 5xx), and
+// which the SDK therefore sent again, fails its condition on the item its
+// first attempt wrote: an item in progress that holds the claim's own
+// token, random per claim, which Claim reports acquired. Complete is one
+// UpdateItem, or one TransactWriteItems that also writes the chunk items
+// when the body needs them; Extend is one UpdateItem and Release and Evict
+// one DeleteItem; each is conditioned on the claim's token (and, but for
+// Evict, on the record being in progress), so a request that lost its
 // claim never touches another's record. Get is one strongly consistent
-// GetItem. A first request is two writes: one write unit each per KB of
-// item.
+// GetItem, and one BatchGetItem more for a live record whose body is in
+// chunk items. A first request is two writes: one write unit each per KB
+// of item (a completion with chunk items is a transaction, which costs two
+// write units per KB of each of its items).
 //
 // # Expiry
 //

@@ -46,11 +46,18 @@ const sizeReserve = 2048
 // store.Clock (DynamoDB tells no time: instances rely on their hosts'
 // clocks, NTP).
 //
-// Every method is one request to DynamoDB: Claim a conditional PutItem
-// (two requests only on an emulator that does not return the blocking
-// item), Complete and Extend a conditional UpdateItem, Release and Evict
-// a conditional DeleteItem, Get a strongly consistent GetItem. A Store is
-// safe for concurrent use and holds nothing but its settings.
+// Each method is usually one request to DynamoDB: Claim a conditional
+// PutItem, Complete and Extend a conditional UpdateItem, Release and Evict
+// a conditional DeleteItem, Get a strongly consistent GetItem. More are
+// sent in these cases: a body too large for the record's item goes into
+// chunk items (see the package docs, "Large results"), which Complete
+// writes with the record in one TransactWriteItems instead, and which a
+// replay (Claim) and Get read with one BatchGetItem more (more only for
+// chunks DynamoDB leaves unprocessed); a completion DynamoDB refuses for
+// its size is sent again in the next form, and a TransactWriteItems
+// cancelled for a TransactionConflict is sent again; on an emulator that
+// does not return the blocking item, Claim reads it with a GetItem. A
+// Store is safe for concurrent use and holds nothing but its settings.
 type Store struct {
 	client     Client
 	table      string
@@ -133,8 +140,10 @@ func (s *Store) Key(scope, key string) map[string]types.AttributeValue {
 
 // Claim implements store.Store with one conditional PutItem, which returns
 // the item that blocked it in the same call
-// (ReturnValuesOnConditionCheckFailure ALL_OLD). Expired items that
-// DynamoDB's TTL has not removed yet are taken over like absent ones.
+// (ReturnValuesOnConditionCheckFailure ALL_OLD); a completed record whose
+// body is in chunk items costs one BatchGetItem more, for the chunks.
+// Expired items that DynamoDB's TTL has not removed yet are taken over
+// like absent ones.
 //
 // An item in progress that holds c.Token is this claim's own: the SDK
 // sends the PutItem again when its response was lost (a reset
@@ -286,9 +295,10 @@ func (s *Store) Extend(ctx context.Context, h store.Hold, now, leaseEnd time.Tim
 	return s.held("extend", err)
 }
 
-// Get implements store.Getter with one strongly consistent GetItem. A
+// Get implements store.Getter with one strongly consistent GetItem, and
+// one BatchGetItem for a live record whose body is in chunk items. A
 // record past its ExpiresAt is reported gone, whether or not DynamoDB's
-// TTL has removed it yet.
+// TTL has removed it yet, and its chunks are not read.
 func (s *Store) Get(ctx context.Context, r store.Ref, now time.Time) (store.Record, bool, error) {
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &s.table, Key: s.Key(r.Scope, r.Key), ConsistentRead: new(true),

@@ -7,17 +7,22 @@ import (
 )
 
 // Each state change that needs a check is one Lua script, so it is atomic
-// on the server and costs one round trip. Every script touches exactly one
-// key (KEYS[1]), which makes them valid on Redis Cluster. The scripts read
-// the record's fixed header (see codec.go: state at byte 1, lease end at
-// 2-21, expiry at 22-41, created at 42-61, token length at 62-66, token
-// from 67, in Lua's 1-based positions) and compare times as equal-length
-// digit strings. Times come from the engine; the scripts never read the
-// server's clock. Each write sets the key's TTL (PX), so Redis reclaims
-// the record by itself: a completed record at its expiry; an in-progress
-// one at LeaseEnd + (LeaseEnd - CreatedAt), a lease past its lease end,
-// so that a Complete or Extend that comes late (the store was failing
-// over) still finds it and lands while nobody took the key over.
+// on the server and costs one round trip. Every script is passed exactly
+// one key, KEYS[1], the record's. Most also touch the record's waiter
+// mark, KEYS[1] .. "w" (see notifyLua), which they derive instead of
+// declaring it: the mark has the record key's hash tag, so it lies in the
+// same hash slot, on the same node, which keeps the scripts valid on Redis
+// Cluster (although Redis asks scripts to declare every key they access).
+// The scripts read the record's fixed header (see codec.go: state at byte
+// 1, lease end at 2-21, expiry at 22-41, created at 42-61, token length at
+// 62-66, token from 67, in Lua's 1-based positions) and compare times as
+// equal-length digit strings. Times come from the engine; the scripts
+// never read the server's clock. Each write sets the key's TTL (PX), so
+// Redis reclaims the record by itself: a completed record at its expiry;
+// an in-progress one at LeaseEnd + (LeaseEnd - CreatedAt), a lease past
+// its lease end, so that a Complete or Extend that comes late (the store
+// was failing over) still finds it and lands while nobody took the key
+// over.
 //
 // The scripts run as few commands as they can: a completion is GET, SET
 // and DEL of the waiter mark; a release GET, DEL and DEL of the mark.
