@@ -69,6 +69,15 @@ const idLen = 32
 // read neither form: they copy the fixed header and append what Go
 // encodes.
 //
+// The body has no length of its own: Redis writes a string whole, so only
+// damage from outside (a SETRANGE, a tool that cuts values) could shorten
+// one, and a record cut inside its body would read as a shorter body
+// (cut anywhere before, it is refused as corrupt). Adding a length would
+// take a new format byte, which releases before it report corrupt: their
+// instances would answer 503 to the retries of every record completed by
+// a newer one during a rolling upgrade, and after a rollback for as long
+// as those records are kept. The format is left as it is.
+//
 // Times are the engine's Unix nanoseconds with the sign bit flipped, as 20
 // zero-padded decimal digits, so that comparing two of them as strings
 // compares the times: Lua numbers are doubles and cannot hold nanoseconds

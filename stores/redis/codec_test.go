@@ -350,6 +350,43 @@ func TestDecodeRecordRejects(t *testing.T) {
 	}
 }
 
+// TestDecodeRecordCut cuts a completed record at every length: a cut
+// anywhere before the body (in the header, the token, the fingerprint,
+// the result's format byte, flags or head) is refused as corrupt. A cut
+// inside the body is not detected, and reads as the shorter body: the
+// body has no length of its own (see the layout in codec.go, which says
+// why the format keeps it so). An in-progress record, which ends with its
+// fingerprint, is refused wherever it is cut.
+func TestDecodeRecordCut(t *testing.T) {
+	now := time.Unix(1_800_000_000, 5)
+	res := store.Result{Head: httpHead(201, http.Header{"Content-Type": {"application/json"}}), Body: []byte(`{"id":1}`)}
+	full := encodeRecord(t, store.Record{Fingerprint: "fp", State: store.Completed, CreatedAt: now, ExpiresAt: now.Add(time.Hour), Result: res}, "token")
+	bodyAt := len(full) - len(res.Body)
+	for n := range len(full) {
+		rec, err := decodeRecord(full[:n])
+		switch {
+		case n < bodyAt && !errors.Is(err, store.ErrCorruptRecord):
+			t.Errorf("cut to %d bytes, before the body at %d: %+v, %v; want ErrCorruptRecord", n, bodyAt, rec, err)
+		case n >= bodyAt && (err != nil || string(rec.Result.Body) != string(res.Body[:n-bodyAt])):
+			t.Errorf("cut to %d bytes, inside the body: body %q, %v; want the body cut to %q", n, rec.Result.Body, err, res.Body[:n-bodyAt])
+		}
+	}
+	if rec, err := decodeRecord(full); err != nil || string(rec.Result.Body) != string(res.Body) {
+		t.Fatalf("the whole record: body %q, %v", rec.Result.Body, err)
+	}
+
+	c := store.Claim{Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(time.Minute)}
+	inProgress, err := newClaimRecord(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range len(inProgress) {
+		if rec, err := decodeRecord(inProgress[:n]); !errors.Is(err, store.ErrCorruptRecord) {
+			t.Errorf("in-progress record cut to %d bytes: %+v, %v; want ErrCorruptRecord", n, rec, err)
+		}
+	}
+}
+
 func FuzzDecodeRecord(f *testing.F) {
 	now := time.Unix(1_800_000_000, 5)
 	c := store.Claim{Fingerprint: "fp", Token: "token", Now: now, LeaseEnd: now.Add(time.Minute)}
