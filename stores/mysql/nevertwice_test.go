@@ -642,6 +642,20 @@ func TestLockWaitTimeout(t *testing.T) {
 	}
 }
 
+// claimed waits until the store holds a record of key (the apps' scope),
+// so that a request sent next is a duplicate of one in flight, however
+// loaded the machine.
+func claimed(t *testing.T, s store.Getter, key string) {
+	t.Helper()
+	ref := store.Ref{Scope: idem.Scope("", http.MethodPost, ""), Key: key}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, ok, err := s.Get(t.Context(), ref, time.Now()); err == nil && ok {
+			return
+		}
+	}
+	t.Errorf("%s: no record 30 s after the first request was sent", key)
+}
+
 // TestExactlyOnceMatrix runs the engine in exactly-once mode through
 // every isolation level, with and without heartbeat, on a pool exactly as
 // large as the requests in flight, with a waiting duplicate of every
@@ -713,7 +727,7 @@ func TestExactlyOnceMatrix(t *testing.T) {
 				for i, r := range requests {
 					wg.Go(func() { results[i].first = appFor(r).post(r.key, r.size, time.Second) })
 					wg.Go(func() {
-						time.Sleep(200 * time.Millisecond) // after the first has claimed
+						claimed(t, f.s, r.key) // a duplicate of a running request
 						results[i].dup = appFor(r).post(r.key, r.size, time.Second)
 					})
 				}
