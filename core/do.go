@@ -230,7 +230,9 @@ func DoJSON[T any](ctx context.Context, e *Engine, op Op, fn func(context.Contex
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
-			return nil, fmt.Errorf("idem: encoding the result as JSON: %w", err)
+			// fn ran, side effects and all: the key must not be
+			// released for a retry to run it again.
+			return nil, Final(fmt.Errorf("idem: encoding the result as JSON: %w", err))
 		}
 		return b, nil
 	})

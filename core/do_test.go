@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -315,5 +316,27 @@ func TestDoReplayIsTheCallersOwn(t *testing.T) {
 				t.Errorf("a replay after the first caller changed its value: %q", v2)
 			}
 		})
+	}
+}
+
+// TestDoJSONUnencodableValueIsFinal: fn ran (its side effects happened)
+// but its value does not encode as JSON: the failure is stored as final,
+// so a retry gets it rather than running fn again.
+func TestDoJSONUnencodableValueIsFinal(t *testing.T) {
+	e, _ := newEngine(t, newTestStore())
+	runs := 0
+	op := Op{Kind: "t", Name: "n", Key: "k", Fingerprint: "f"}
+	for i := range 2 {
+		_, replayed, err := DoJSON(t.Context(), e, op, func(context.Context) (float64, error) {
+			runs++
+			return math.Inf(1), nil
+		})
+		var fe *FinalError
+		if !errors.As(err, &fe) || replayed != (i == 1) {
+			t.Errorf("call %d: replayed %v, %v; want a final error, replayed on the retry", i, replayed, err)
+		}
+	}
+	if runs != 1 {
+		t.Errorf("fn ran %d times, want 1", runs)
 	}
 }
