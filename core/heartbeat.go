@@ -43,23 +43,33 @@ func (b *beats) add(f *flight) {
 	}
 	every := e.beatEvery(f.lease)
 	period := max(every/2, time.Millisecond)
+	// The first beat is due a beat after the lease began (the claim, or
+	// the Extend that confirmed a late claim answer), not after now: a
+	// claim answer that came late, or a slow BeginTx, has used part of
+	// the lease already, and may have made the beat due at once.
 	now := time.Now()
+	left := time.Unix(0, f.leaseEnd.Load()).Sub(e.clockNow())
+	due := now.Add(left - f.lease + every)
 	b.mu.Lock()
-	f.beat = beatState{next: b.head, in: true, every: every, due: now.Add(every)}
+	f.beat = beatState{next: b.head, in: true, every: every, due: due}
 	if b.head != nil {
 		b.head.beat.prev = f
 	}
 	b.head = f
+	first := period
+	if !due.After(now) {
+		first = 0
+	}
 	switch {
 	case b.timer == nil:
 		if b.fire == nil {
 			b.fire = b.tick
 		}
 		b.period = period
-		b.timer = time.AfterFunc(period, b.fire)
-	case period < b.period:
-		b.period = period
-		b.timer.Reset(period)
+		b.timer = time.AfterFunc(first, b.fire)
+	case period < b.period || first == 0:
+		b.period = min(b.period, period)
+		b.timer.Reset(first)
 	}
 	b.mu.Unlock()
 }

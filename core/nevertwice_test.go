@@ -763,3 +763,55 @@ func TestPanickingObserverKeepsThePromise(t *testing.T) {
 		}
 	})
 }
+
+// pausedAnswers is a store whose claim of key lands at once, but whose
+// answer reaches the engine only after delay (the process was paused by
+// GC or SIGSTOP, the network stalled).
+type pausedAnswers struct {
+	*testStore
+	delay time.Duration
+	key   string
+}
+
+func (s pausedAnswers) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
+	res, err := s.testStore.Claim(ctx, c)
+	if c.Key == s.key {
+		time.Sleep(s.delay)
+	}
+	return res, err
+}
+
+// TestFirstBeatCountsFromTheClaim: a claim answer that came late, though
+// not so late that the engine extends before running, has used part of
+// the lease: the first heartbeat must come a beat after the claim, not a
+// beat after the answer, or the lease runs out while the work runs.
+func TestFirstBeatCountsFromTheClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := newTestStore()
+		a, _ := newEngine(t, pausedAnswers{ts, 9900 * time.Millisecond, "k"}, WithStoreTimeout(time.Minute))
+		b, _ := newEngine(t, ts)
+		var running, overlap atomic.Int32
+		work := func(d time.Duration) func(context.Context) ([]byte, error) {
+			return func(ctx context.Context) ([]byte, error) {
+				if running.Add(1) > 1 {
+					overlap.Add(1)
+				}
+				defer running.Add(-1)
+				time.Sleep(d)
+				return []byte("ok"), nil
+			}
+		}
+		var wg sync.WaitGroup
+		// Another flight arms the heartbeat's timer first, so its ticks
+		// have their own phase.
+		wg.Go(func() { a.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "x", Fingerprint: "f"}, func(context.Context) ([]byte, error) { time.Sleep(40 * time.Second); return nil, nil }) })
+		time.Sleep(600 * time.Millisecond)
+		wg.Go(func() { a.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "k", Fingerprint: "f"}, work(30*time.Second)) })
+		time.Sleep(16 * time.Second) // past the first claim's lease end, had no beat come
+		_, _, err := b.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "k", Fingerprint: "f"}, work(time.Second))
+		wg.Wait()
+		if overlap.Load() > 0 || err == nil {
+			t.Errorf("another instance ran the key beside the first (its call: %v)", err)
+		}
+	})
+}
