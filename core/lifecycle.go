@@ -198,8 +198,14 @@ func (f *flight) runContext(ctx context.Context) context.Context {
 func (f *flight) settle(resp Response, keep bool) bool {
 	// The heartbeat keeps the claim alive until the record is stored or
 	// released: a store that stalls through the completion must not see
-	// the lease run out meanwhile.
-	defer f.e.beats.remove(f)
+	// the lease run out meanwhile. A completion left to the background
+	// keeps it beating until launch hands it over, which waits for the
+	// answer to be sent (a stream, a slow client).
+	defer func() {
+		if f.pending == nil {
+			f.e.beats.remove(f)
+		}
+	}()
 	// With a transaction, Commit's own token check decides a lost claim.
 	switch {
 	case !keep:
@@ -284,6 +290,7 @@ func (f *flight) store(resp Response) bool {
 // no longer be taken back (a panicking stream's must not land).
 func (f *flight) launch() {
 	if f.pending != nil {
+		f.e.beats.remove(f) // the background task extends from now on
 		f.e.bg.add(f.pending)
 		f.pending = nil
 	}

@@ -815,3 +815,41 @@ func TestFirstBeatCountsFromTheClaim(t *testing.T) {
 		}
 	})
 }
+
+// TestStreamWithPendingCompletionKeepsItsClaim: a streamed response whose
+// Complete failed leaves its completion to the background, which starts
+// once the stream ends; until then the heartbeat keeps the claim, so no
+// other instance runs the key beside the stream.
+func TestStreamWithPendingCompletionKeepsItsClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newBlipStore()
+		a, _ := newEngine(t, s)
+		b, _ := newEngine(t, s)
+		var running, overlap atomic.Int32
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if running.Add(1) > 1 {
+				overlap.Add(1)
+			}
+			defer running.Add(-1)
+			w.WriteHeader(200)
+			w.Write([]byte("start"))
+			s.set(true, "complete")
+			w.(http.Flusher).Flush() // streams: the completion fails
+			s.set(false, "complete")
+			for range 30 {
+				time.Sleep(time.Second)
+				w.Write([]byte("."))
+			}
+		})
+		var wg sync.WaitGroup
+		wg.Go(func() { post(a.Middleware()(h), "/", "k", "") })
+		time.Sleep(20 * time.Second) // past the lease, had nothing extended it
+		if w := post(b.Middleware()(h), "/", "k", ""); w.Code != http.StatusConflict {
+			t.Errorf("another instance during the stream: %d, want 409", w.Code)
+		}
+		wg.Wait()
+		if overlap.Load() > 0 {
+			t.Error("the handler ran twice at once")
+		}
+	})
+}
