@@ -78,7 +78,12 @@ func (f *flight) to(next state, resp *Response) bool {
 			f.abort()
 		case streaming:
 			if f.pending != nil {
-				f.abort() // the background completion must not land
+				// The background completion must not land; the failed
+				// Complete may have landed all the same, and then the
+				// release finds a completed record: evict it.
+				if errors.Is(f.abort(), ErrLeaseLost) {
+					f.evict()
+				}
 			} else if f.completed {
 				// The record (not a transaction's, whose writes did
 				// commit) holds an answer the client saw truncated.
@@ -299,13 +304,14 @@ func (f *flight) launch() {
 // abort ends a run that has no answer to store (a panic, a hijacked
 // connection, an answer written elsewhere): the transaction rolls back and
 // the key is released.
-func (f *flight) abort() {
+// It returns the release's error.
+func (f *flight) abort() error {
 	f.e.beats.remove(f)
 	defer f.e.local.finish(f, nil)
 	f.ev.Outcome = OutcomeReleased
 	f.rollback()
 	f.pending = nil
-	f.release()
+	return f.release()
 }
 
 // evict deletes the record this flight completed, when the answer it
@@ -328,8 +334,9 @@ func (f *flight) evict() {
 }
 
 // release deletes this flight's claim; a failure other than a lost claim
-// is retried in the background within the lease.
-func (f *flight) release() {
+// is retried in the background within the lease. It returns the
+// Release's error.
+func (f *flight) release() error {
 	e := f.e
 	ctx := f.storeCall(true)
 	err := e.store.Release(ctx, f.hold())
@@ -340,6 +347,7 @@ func (f *flight) release() {
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		f.releaseLater()
 	}
+	return err
 }
 
 // releaseLater releases the claim in the background.

@@ -853,3 +853,33 @@ func TestStreamWithPendingCompletionKeepsItsClaim(t *testing.T) {
 		}
 	})
 }
+
+// TestPanickedStreamWhoseCompletionLanded: a stream's Complete failed but
+// landed, then its handler panicked: the record holds an answer the
+// client saw cut short, and is evicted like any other such record, so the
+// retry runs again rather than replaying it.
+func TestPanickedStreamWhoseCompletionLanded(t *testing.T) {
+	s := newBlipStore()
+	s.landing = true
+	e, _ := newEngine(t, s)
+	runs := 0
+	h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		if runs > 1 {
+			w.WriteHeader(201)
+			return
+		}
+		w.WriteHeader(200)
+		s.set(true, "complete")
+		w.(http.Flusher).Flush() // streams: the completion fails, but lands
+		s.set(false, "complete")
+		panic(http.ErrAbortHandler)
+	}))
+	func() {
+		defer func() { recover() }()
+		post(h, "/", "k", "")
+	}()
+	if w := post(h, "/", "k", ""); w.Code != 201 || runs != 2 {
+		t.Errorf("retry after the panicked stream: %d (replayed %q), runs %d; want it run again", w.Code, w.Header().Get("Idempotent-Replayed"), runs)
+	}
+}

@@ -16,8 +16,8 @@ import (
 )
 
 // blipStore is a testStore whose calls fail, as a store that is down,
-// while down is set for their operation. landing makes a failed Claim
-// take the key first, as a call that timed out after its write landed.
+// while down is set for their operation. landing makes a failed Claim or
+// Complete write first, as a call that timed out after its write landed.
 type blipStore struct {
 	*testStore
 	mu      sync.Mutex
@@ -60,6 +60,12 @@ func (s *blipStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult
 
 func (s *blipStore) Complete(ctx context.Context, h store.Hold, c store.Completion) error {
 	if s.fails("complete") {
+		s.mu.Lock()
+		landing := s.landing
+		s.mu.Unlock()
+		if landing {
+			s.testStore.Complete(ctx, h, c)
+		}
 		return errBlip
 	}
 	return s.testStore.Complete(ctx, h, c)
