@@ -93,6 +93,13 @@ func badOption(format string, args ...any) error {
 // Default: 15 seconds when the heartbeat keeps running claims alive (the
 // store implements Extender; see WithHeartbeat), otherwise 5 minutes,
 // capped at the retention.
+//
+// With the heartbeat, a beat comes up to 1.5 intervals after the last
+// one (half a lease with the default interval) and its Extend may take up
+// to the store timeout: keep the lease above the two together (with the
+// defaults, 7.5 s + 2 s of 15 s), or a store that answers slowly, though
+// within its timeout, lets the lease end while the work runs, and another
+// instance may take the key over. New does not check this.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 || d > MaxLifetime {
