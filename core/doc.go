@@ -105,9 +105,17 @@
 // [Engine.ClockOffset] reports the difference and its error bound, half
 // the round trip of the sample it came from; two instances agree to within
 // the sum of their bounds plus their clocks' drift over a minute (a few
-// milliseconds on a LAN), far below a heartbeat interval. With [WithClock]
-// the clock given is aligned the same way, so a test clock that jumps
-// forward still moves the engine's time forward.
+// milliseconds on a LAN), far below a heartbeat interval. A step of the
+// host's clock (NTP stepping it, an operator setting it) is not drift:
+// until the next measurement, up to a minute later, the engine's times
+// are off by the step, and a step back of more than a few seconds can end
+// this instance's leases early in the others' eyes; let NTP slew rather
+// than step on hosts that run the engine. With [WithClock] the clock given
+// is aligned the same way, so a test clock that jumps forward still moves
+// the engine's time forward; give it a clock that keeps time.Now's
+// monotonic reading (time.Now().UTC() drops it), or a step of the host's
+// clock is taken for such a jump and the difference is no longer
+// measured.
 //
 // # Recovery
 //

@@ -264,7 +264,8 @@ func WithLogger(logger *slog.Logger) Option {
 }
 
 // WithClock sets the clock whose time the engine passes to every store
-// call. Default: time.Now.
+// call. Outside tests, give it one that keeps time.Now's monotonic reading
+// (see "Time" in the package doc). Default: time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {
