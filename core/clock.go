@@ -34,8 +34,8 @@ const (
 type storeClock struct {
 	src store.Clock
 
-	first   sync.Mutex // held by the first measurement; later callers wait on it
 	mu      sync.Mutex
+	pending *firstSync // the first measurement, while it runs
 	synced  bool
 	offset  time.Duration // store time - engine clock
 	err     time.Duration // half the round trip of the sample offset came from
@@ -48,6 +48,15 @@ type storeClock struct {
 	// wall clock was moved by hand (a test's clock).
 	baseClock, baseWall time.Time
 	baseSlack           time.Duration // how long reading baseClock took (readClocks)
+}
+
+// firstSync is the first measurement of the store's clock, which the
+// callers that need the time meanwhile share: they wait for it, each as
+// long as its own context lets it, and get its error.
+type firstSync struct {
+	done     chan struct{}
+	err      error
+	canceled bool // its caller's context ended: the error is not the store's
 }
 
 // clockTolerance is how far an engine clock may drift from the wall clock
@@ -82,26 +91,59 @@ func (e *Engine) now(ctx context.Context) (time.Time, error) {
 	sc.mu.Unlock()
 	switch {
 	case !synced:
-		sc.first.Lock()
-		sc.mu.Lock()
-		synced, offset = sc.synced, sc.offset
-		sc.mu.Unlock()
-		if !synced {
-			if err := e.syncClock(ctx, 1); err != nil {
-				sc.first.Unlock()
-				return time.Time{}, err
-			}
-			sc.mu.Lock()
-			offset = sc.offset
-			sc.running = true
-			sc.mu.Unlock()
-			go e.resync()
+		var err error
+		if offset, err = e.firstSync(ctx); err != nil {
+			return time.Time{}, err
 		}
-		sc.first.Unlock()
 	case stale:
 		go e.resync()
 	}
 	return e.cfg.clock().Add(offset), nil
+}
+
+// firstSync makes the first measurement, or waits for the one under way
+// and shares its outcome; a measurement cut short by its caller's context
+// is made again by the next caller. It returns the offset.
+func (e *Engine) firstSync(ctx context.Context) (time.Duration, error) {
+	sc := e.sclock
+	for {
+		sc.mu.Lock()
+		if sc.synced {
+			offset := sc.offset
+			sc.mu.Unlock()
+			return offset, nil
+		}
+		p := sc.pending
+		if p == nil {
+			p = &firstSync{done: make(chan struct{})}
+			sc.pending = p
+			sc.mu.Unlock()
+			p.err = e.syncClock(ctx, 1)
+			p.canceled = p.err != nil && ctx.Err() != nil
+			sc.mu.Lock()
+			sc.pending = nil
+			offset := sc.offset
+			if p.err == nil {
+				sc.running = true
+			}
+			sc.mu.Unlock()
+			close(p.done)
+			if p.err != nil {
+				return 0, p.err
+			}
+			go e.resync()
+			return offset, nil
+		}
+		sc.mu.Unlock()
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		if p.err != nil && !p.canceled {
+			return 0, p.err
+		}
+	}
 }
 
 // resync measures the difference again, in the background; a failure

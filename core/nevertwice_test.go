@@ -883,3 +883,40 @@ func TestPanickedStreamWhoseCompletionLanded(t *testing.T) {
 		t.Errorf("retry after the panicked stream: %d (replayed %q), runs %d; want it run again", w.Code, w.Header().Get("Idempotent-Replayed"), runs)
 	}
 }
+
+// silentClock is a store whose clock never answers: each Now call waits
+// for its context to end.
+type silentClock struct {
+	*testStore
+	calls atomic.Int32
+}
+
+func (s *silentClock) Now(ctx context.Context) (time.Time, error) {
+	s.calls.Add(1)
+	<-ctx.Done()
+	return time.Time{}, ctx.Err()
+}
+
+// TestFirstClockMeasurementIsShared: requests that need the time while
+// the engine first measures the store's clock wait for that measurement
+// and share its outcome, rather than each trying again in turn.
+func TestFirstClockMeasurementIsShared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &silentClock{testStore: newTestStore()}
+		e, _ := newEngine(t, s, WithStoreTimeout(time.Second))
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		for i := range 10 {
+			wg.Go(func() {
+				op := Op{Kind: "t", Name: "n", Key: "k" + strconv.Itoa(i), Fingerprint: "f"}
+				if _, _, err := e.Do(t.Context(), op, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+					failed.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := s.calls.Load(); n != 1 || failed.Load() != 10 {
+			t.Errorf("10 requests made %d clock calls and %d failed; want 1 shared measurement, all failing", n, failed.Load())
+		}
+	})
+}
