@@ -46,7 +46,11 @@ const HeaderSealed = "Idem-Sealed"
 // WithEncryption seals every stored result with AES-256-GCM under a key
 // ring: keys holds every key that can read (open) records, and the last
 // one writes (seals) them, so a key rotates by adding a new last key and
-// dropping the old one once the records it sealed have expired.
+// dropping the old one once the records it sealed have expired. With
+// several instances, rotate in two deploys: first add the new key before
+// the last one, so that every instance can read what it will seal, then
+// make it the last. An instance that lacks the writing key answers its
+// records with 500 (undecryptable) and their retries with 422 meanwhile.
 //
 // The status stays readable (the stores and the exactly-once transaction
 // need it); the headers and the body (or Do's value) are sealed, bound to
