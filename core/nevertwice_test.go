@@ -804,7 +804,9 @@ func TestFirstBeatCountsFromTheClaim(t *testing.T) {
 		var wg sync.WaitGroup
 		// Another flight arms the heartbeat's timer first, so its ticks
 		// have their own phase.
-		wg.Go(func() { a.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "x", Fingerprint: "f"}, func(context.Context) ([]byte, error) { time.Sleep(40 * time.Second); return nil, nil }) })
+		wg.Go(func() {
+			a.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "x", Fingerprint: "f"}, func(context.Context) ([]byte, error) { time.Sleep(40 * time.Second); return nil, nil })
+		})
 		time.Sleep(600 * time.Millisecond)
 		wg.Go(func() { a.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "k", Fingerprint: "f"}, work(30*time.Second)) })
 		time.Sleep(16 * time.Second) // past the first claim's lease end, had no beat come
