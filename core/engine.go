@@ -196,24 +196,24 @@ func (e *Engine) Serve(w http.ResponseWriter, r *http.Request, route string, nex
 // the store that takes up to d: a claim must still be held when the store
 // is back, so that a completion retried in the background lands and a
 // retry replays instead of running again. A default is raised to fit; a
-// value the user set that cannot is refused. The lease left when a
-// failover starts is at least the lease minus one heartbeat interval.
+// value the user set that cannot is refused.
+//
+// The failover may begin just before a flight's beat is due, an interval
+// after the last extension landed; once the store is back the next beat
+// comes within half an interval (a failed beat is tried again at the next
+// tick) and takes up to the store timeout. So two intervals, the failover
+// and the store timeout must fit in the lease: beatEvery picks an
+// interval that does, unless WithHeartbeat set one.
 func (c *config) outlast(d time.Duration, leaseSet bool) error {
 	if d <= 0 {
 		return nil
 	}
-	beat := c.heartbeat
-	if beat == 0 {
-		beat = c.lease / 3
-	}
-	if !c.beat {
-		beat = 0
-	}
-	if c.lease-beat < d {
+	c.failover = d
+	if need := needLease(d, c.storeTimeout, c.heartbeat, c.beat); c.lease < need {
 		if leaseSet {
-			return badOption("lease %v cannot outlast a failover of the store, which may take %v: a claim would expire while the store is away and its retry run again; use a lease of at least %v, or make the store fail over faster", c.lease, d, needLease(d, c.heartbeat, c.beat))
+			return badOption("lease %v cannot outlast a failover of the store, which may take %v: a claim would expire while the store is away and its retry run again; use a lease of at least %v, or make the store fail over faster", c.lease, d, need)
 		}
-		c.lease = needLease(d, c.heartbeat, c.beat)
+		c.lease = need
 	}
 	if c.completionRetry > 0 && c.completionRetry < d+c.lease {
 		if c.completionRetrySet {
@@ -224,17 +224,22 @@ func (c *config) outlast(d time.Duration, leaseSet bool) error {
 	return nil
 }
 
-// needLease returns the shortest lease, in whole seconds, whose part left
-// after one heartbeat interval outlasts d.
-func needLease(d, heartbeat time.Duration, beat bool) time.Duration {
+// minBeat is the shortest interval beatEvery derives for a failover.
+const minBeat = 100 * time.Millisecond
+
+// needLease returns the shortest lease, in whole seconds, that outlasts a
+// failover of d (see outlast): without a heartbeat, d; with an interval
+// set, two of them, d and the store timeout; otherwise half as long again
+// as d, and at least d, the store timeout and two of minBeat.
+func needLease(d, storeTimeout, heartbeat time.Duration, beat bool) time.Duration {
 	var l time.Duration
 	switch {
 	case !beat:
 		l = d
 	case heartbeat > 0:
-		l = d + heartbeat
+		l = 2*heartbeat + d + storeTimeout
 	default:
-		l = d + d/2 // lease - lease/3 >= d
+		l = max(d+d/2, d+storeTimeout+2*minBeat)
 	}
 	return (l + time.Second - 1).Truncate(time.Second)
 }

@@ -176,6 +176,11 @@ func (b *beats) beaten(f *flight, now time.Time, err error) {
 	}
 	b.mu.Lock()
 	f.beat.busy = false
+	if err != nil && !lost {
+		// The store did not answer: try again at the next tick, half an
+		// interval on, not a whole interval after this try.
+		f.beat.due = time.Now()
+	}
 	b.mu.Unlock()
 	if lost {
 		b.remove(f)
@@ -184,11 +189,16 @@ func (b *beats) beaten(f *flight, now time.Time, err error) {
 
 // beatEvery returns how often a claim with this lease is extended: a
 // third of the lease, or the heartbeat interval when that is shorter, at
-// least a millisecond.
+// least a millisecond. Without an interval set, on a store that fails
+// over, it is at most half of what the lease leaves after the failover
+// and the store timeout (see config.outlast), but not under minBeat.
 func (e *Engine) beatEvery(lease time.Duration) time.Duration {
 	every := lease / 3
-	if e.cfg.heartbeat > 0 {
-		every = min(e.cfg.heartbeat, every)
+	switch c := &e.cfg; {
+	case c.heartbeat > 0:
+		every = min(c.heartbeat, every)
+	case c.failover > 0:
+		every = min(every, max((lease-c.failover-c.storeTimeout)/2, minBeat))
 	}
 	return max(every, time.Millisecond)
 }

@@ -922,3 +922,53 @@ func TestFirstClockMeasurementIsShared(t *testing.T) {
 		}
 	})
 }
+
+// failingOver is a blipStore that says its failovers take up to d.
+type failingOver struct {
+	*blipStore
+	d time.Duration
+}
+
+func (s failingOver) FailoverTime() time.Duration { return s.d }
+
+// TestClaimOutlastsAFailoverAtAnyPhase: a failover as long as the store
+// says, starting at the worst moment (just before a flight's beat is
+// due, with the heartbeat's timer in another phase), must not end the
+// flight's lease: once the store is back, the heartbeat extends before
+// the lease ends, and no other instance takes the key over.
+func TestClaimOutlastsAFailoverAtAnyPhase(t *testing.T) {
+	for _, start := range []time.Duration{4900 * time.Millisecond, 6200 * time.Millisecond, 8700 * time.Millisecond} {
+		synctest.Test(t, func(t *testing.T) {
+			bs := newBlipStore()
+			s := failingOver{bs, 10 * time.Second}
+			a, _ := newEngine(t, s)
+			b, _ := newEngine(t, s)
+			var running, overlap atomic.Int32
+			work := func(ctx context.Context) ([]byte, error) {
+				if running.Add(1) > 1 {
+					overlap.Add(1)
+				}
+				defer running.Add(-1)
+				time.Sleep(30 * time.Second)
+				return []byte("ok"), nil
+			}
+			var wg sync.WaitGroup
+			// Another flight arms the heartbeat's timer, in its own phase.
+			wg.Go(func() {
+				a.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "x", Fingerprint: "f"}, func(context.Context) ([]byte, error) { time.Sleep(40 * time.Second); return nil, nil })
+			})
+			time.Sleep(1250 * time.Millisecond)
+			wg.Go(func() { a.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "k", Fingerprint: "f"}, work) })
+			time.Sleep(start - 1250*time.Millisecond)
+			bs.set(true, "claim", "complete", "release", "extend")
+			time.Sleep(10 * time.Second) // the failover, as long as the store says
+			bs.set(false, "claim", "complete", "release", "extend")
+			time.Sleep(100 * time.Millisecond)
+			_, _, err := b.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "k", Fingerprint: "f"}, work)
+			wg.Wait()
+			if overlap.Load() > 0 || err == nil {
+				t.Errorf("failover from %v (lease %v): another instance ran the key beside the first (its call: %v)", start, a.Lease(), err)
+			}
+		})
+	}
+}

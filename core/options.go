@@ -50,7 +50,8 @@ type config struct {
 	storeTimeout       time.Duration
 	failOpen           bool
 	wait               time.Duration
-	heartbeat          time.Duration // 0: a third of the lease in effect
+	heartbeat          time.Duration // 0: derived from the lease (beatEvery)
+	failover           time.Duration // the store's FailoverTime, resolved in New
 	beat               bool          // resolved in New
 	beatSet            bool          // WithHeartbeat was given
 	retryAfter         time.Duration

@@ -138,8 +138,7 @@
 //	                               no retry came first
 //	a failover (Sentinel, Cluster) the records the promoted replica had;
 //	                               the engine's lease outlasts the
-//	                               failover (lease - heartbeat >=
-//	                               FailoverTime, see Failover), so a
+//	                               failover (see Failover), so a
 //	                               completion that waited it out in the
 //	                               background lands on the new primary
 //	                               and retries replay it
@@ -218,8 +217,11 @@
 // works if their claims are still held when the new primary takes
 // over, so the Store reports how long a failover may take
 // (store.FailoverBound), and idem.New makes the default lease outlast it
-// (lease - one heartbeat >= FailoverTime; the part of the lease left
-// when the primary dies) and refuses a shorter WithLease. The price is
+// and refuses a shorter WithLease: two heartbeat intervals, the failover
+// and the store timeout fit in the lease, so a failover that begins just
+// before a beat ends, and the next beat lands, before the claim does
+// (the engine then beats every (lease - FailoverTime - store timeout)/2:
+// 8 s at Sentinel's defaults, 7 s at Cluster's). The price is
 // the lease: the claims of an application instance that crashes block
 // their keys that long (53 s instead of 15 s behind a default
 // Sentinel). New finds the bound:

@@ -427,7 +427,10 @@ func TestFailoverTimeEngine(t *testing.T) {
 		{40 * time.Second, []idem.Option{idem.WithLease(time.Minute)}, false},
 		{40 * time.Second, []idem.Option{idem.WithLease(50 * time.Second)}, true}, // 50 s - 50/3 s < 40 s
 		{40 * time.Second, []idem.Option{idem.WithLease(30 * time.Second)}, true},
-		{40 * time.Second, []idem.Option{idem.WithLease(50 * time.Second), idem.WithHeartbeat(5 * time.Second)}, false},
+		// Two beats, the failover and the store timeout (2 s) fit in 55 s,
+		// not in 50.
+		{40 * time.Second, []idem.Option{idem.WithLease(55 * time.Second), idem.WithHeartbeat(5 * time.Second)}, false},
+		{40 * time.Second, []idem.Option{idem.WithLease(50 * time.Second), idem.WithHeartbeat(5 * time.Second)}, true},
 	} {
 		s, err := New(offlineClient(t), WithFailoverTime(tc.failover), quiet)
 		if err != nil {
