@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	_ "embed" // for schemaTemplate
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/idemkit/idem/stores/sqlbase"
@@ -114,6 +115,8 @@ const DefaultBusyTimeout = 10000
 //	                      with SQLITE_BUSY_SNAPSHOT
 //
 // It pings the database once, so a path that cannot be opened fails here.
+// A file it creates is its owner's alone (mode 0600, which SQLite gives
+// the WAL and shared-memory files too): it holds the stored responses.
 // path is a plain file name: one that holds '?' or starts with "file:" or
 // is ":memory:" is refused with an error wrapping ErrBadOption (WAL needs a
 // file; open a URI yourself with sql.Open("sqlite", dsn) and the same
@@ -122,6 +125,9 @@ func Open(path string) (*sql.DB, error) {
 	switch {
 	case path == "", path == ":memory:", strings.HasPrefix(path, "file:"), strings.ContainsRune(path, '?'):
 		return nil, fmt.Errorf("%w: path %q is not a plain file name (WAL needs a file; a URI takes its settings in its own query)", ErrBadOption, path)
+	}
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close() // created empty, owner only; an existing file keeps its mode
 	}
 	dsn := fmt.Sprintf("%s?_pragma=journal_mode(WAL)&_pragma=busy_timeout(%d)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)&_txlock=immediate",
 		path, DefaultBusyTimeout)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -318,6 +319,35 @@ func TestTwoStoresOneFile(t *testing.T) {
 	for k := range acquired {
 		if n := acquired[k].Load(); n != 1 {
 			t.Errorf("key %d taken %d times, want once", k, n)
+		}
+	}
+}
+
+// TestOpenCreatesPrivateFiles: the database Open creates, and the WAL and
+// shared-memory files SQLite makes beside it, are readable by their owner
+// only: they hold the stored responses.
+func TestOpenCreatesPrivateFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idem.db")
+	db, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CreateSchema(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := fi.Mode().Perm(); m != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", filepath.Base(p), m)
 		}
 	}
 }
