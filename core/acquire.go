@@ -230,6 +230,7 @@ func (f *flight) wait(rec *record) outcome {
 	var wake <-chan struct{}
 	stop := func() {}
 	defer func() { stop() }()
+	woke := false // the last look came from a wake, and found the key still in flight
 	for {
 		if wake == nil && e.notifier != nil {
 			if ch, s, err := e.notifier.Watch(wctx, store.Ref{Scope: f.scope, Key: f.key}); err == nil {
@@ -258,12 +259,21 @@ func (f *flight) wait(rec *record) outcome {
 			}
 		}
 		poll := time.NewTimer(bo.d)
+		next := wake
+		if woke {
+			// A wake that found the key still in flight (a busy channel,
+			// a store whose watch fires early): the next look waits a
+			// poll's backoff, so a restless watch cannot make this loop
+			// claim as fast as the store answers.
+			next = nil
+		}
 		select {
-		case <-wake:
+		case <-next:
 			stop()
-			wake, stop = nil, func() {}
+			wake, stop, woke = nil, func() {}, true
 		case <-poll.C:
 			bo.grow()
+			woke = false
 		case <-deadline.C:
 			poll.Stop()
 			return f.existing(rec, true)

@@ -972,3 +972,37 @@ func TestClaimOutlastsAFailoverAtAnyPhase(t *testing.T) {
 		})
 	}
 }
+
+// restlessWatch is a store whose watches fire at once, as a Notifier that
+// wakes on every message on a busy channel would.
+type restlessWatch struct{ *testStore }
+
+func (s restlessWatch) Watch(ctx context.Context, ref store.Ref) (<-chan struct{}, func(), error) {
+	ch := make(chan struct{})
+	close(ch)
+	return ch, func() {}, nil
+}
+
+// TestSpuriousWakesBackOff: a waiter whose watch fires while the key is
+// still in flight looks at the store again, but backs off as a poll would,
+// instead of claiming as fast as the store answers.
+func TestSpuriousWakesBackOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := restlessWatch{newTestStore()}
+		a, _ := newEngine(t, s)
+		b, _ := newEngine(t, s, WithWait(2*time.Second))
+		release := make(chan struct{})
+		go a.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "k", Fingerprint: "f"}, func(context.Context) ([]byte, error) {
+			<-release
+			return []byte("ok"), nil
+		})
+		synctest.Wait()
+		before := s.count("claim")
+		_, _, err := b.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "k", Fingerprint: "f"}, func(context.Context) ([]byte, error) { return nil, nil })
+		if n := s.count("claim") - before; !errors.Is(err, ErrInFlight) || n > 20 {
+			t.Errorf("a 2 s wait with a restless watch: %v after %d claims; want ErrInFlight after about as many as polling makes", err, n)
+		}
+		close(release)
+		synctest.Wait()
+	})
+}
