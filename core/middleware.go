@@ -14,7 +14,8 @@ import (
 // answer; when next is itself a *http.ServeMux, the pattern it would match
 // (a request it does not match, 404 or 405, or one it redirects, passes
 // through untouched), after the pattern of an outer ServeMux that mounted
-// it, if any ("/v1/ /orders"); or the ServeMux pattern of the request
+// it under a prefix StripPrefix removed ("/v1/ /orders"); or the ServeMux
+// pattern of the request
 // (r.Pattern, set when the middleware wraps a handler registered on a
 // ServeMux), without its method.
 // Otherwise the route is empty: keys are scoped by method and namespace
@@ -57,10 +58,12 @@ func (e *Engine) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler 
 					return
 				}
 				_, inner := patternRoute(method, pattern)
-				if route != "" {
-					// An outer mux mounted this one (under a prefix that
-					// StripPrefix may have taken off the path): the mount
-					// keeps two mounted muxes' routes apart.
+				if mount := strings.TrimSuffix(route, "/"); mount != "" && !strings.HasPrefix(inner, mount) {
+					// An outer mux mounted this one under a prefix that
+					// StripPrefix took off the path: the mount keeps two
+					// mounted muxes' routes apart. A route that carries
+					// its mount already (no StripPrefix, or a mount at
+					// "/") is named as it always was.
 					inner = route + " " + inner
 				}
 				route = inner

@@ -275,3 +275,33 @@ func TestBodyReplacedBeforeTheMiddleware(t *testing.T) {
 		t.Errorf("%d, handler got %d bytes; want 201 and the %d bytes of the replaced body", w.Code, len(got), len(plain))
 	}
 }
+
+// TestMountedMuxRouteNames: a mux mounted at "/", or under a prefix its
+// own patterns carry, names its routes by its own patterns alone, as it
+// always did (so no record changes scope); one whose prefix StripPrefix
+// removed names them after the mount.
+func TestMountedMuxRouteNames(t *testing.T) {
+	for _, tc := range []struct {
+		name, target, want string
+		mount              func(outer *http.ServeMux, h http.Handler)
+		inner              string
+	}{
+		{"at the root", "/orders", "/orders", func(o *http.ServeMux, h http.Handler) { o.Handle("/", h) }, "POST /orders"},
+		{"under its own prefix", "/v1/orders", "/v1/orders", func(o *http.ServeMux, h http.Handler) { o.Handle("/v1/", h) }, "POST /v1/orders"},
+		{"stripped", "/v1/orders", "/v1/ /orders", func(o *http.ServeMux, h http.Handler) { o.Handle("/v1/", http.StripPrefix("/v1", h)) }, "POST /orders"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, ev := newEngine(t, newTestStore())
+			inner := http.NewServeMux()
+			inner.HandleFunc(tc.inner, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })
+			outer := http.NewServeMux()
+			tc.mount(outer, e.Middleware()(inner))
+			if w := post(outer, tc.target, "k", "{}"); w.Code != 201 {
+				t.Fatalf("%d", w.Code)
+			}
+			if evs := ev.evs; len(evs) != 1 || evs[0].Route != tc.want {
+				t.Errorf("events %+v, want the route %q", evs, tc.want)
+			}
+		})
+	}
+}
