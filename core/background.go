@@ -63,6 +63,7 @@ type taskKind uint8
 const (
 	taskComplete taskKind = iota + 1
 	taskRelease
+	taskEvict // a truncated answer's record, in either state (the store is an Evicter)
 )
 
 // task is one pending store call.
@@ -225,7 +226,7 @@ func (b *background) run(t *task) {
 func (b *background) bound(t *task) error {
 	e := b.e
 	switch t.kind {
-	case taskComplete:
+	case taskComplete, taskEvict:
 		if time.Since(t.start) >= e.cfg.completionRetry {
 			return errRetryBound
 		}
@@ -248,12 +249,21 @@ func (t *task) hold() store.Hold {
 // when it landed.
 func (b *background) try(t *task) (done bool, err error) {
 	e := b.e
-	if t.kind == taskRelease {
+	switch t.kind {
+	case taskRelease:
 		ctx := e.storeCall(t.ctx, true)
 		err = e.store.Release(ctx, t.hold())
 		e.endCall(ctx, StoreRelease, err, &t.ev.Finish)
 		if err == nil || errors.Is(err, ErrLeaseLost) {
 			return true, nil // released, or nothing held: either way free
+		}
+		return false, err
+	case taskEvict:
+		ctx := e.storeCall(t.ctx, true)
+		err = e.store.(store.Evicter).Evict(ctx, t.hold())
+		e.endCall(ctx, StoreEvict, err, &t.ev.Finish)
+		if err == nil || errors.Is(err, ErrLeaseLost) {
+			return true, nil // gone, or another claim's now: either way not replayed
 		}
 		return false, err
 	}
@@ -311,9 +321,9 @@ func (b *background) report(t *task, err error) {
 	ev.Err = err
 	ev.Total = time.Since(t.start)
 	switch {
-	case t.kind == taskRelease && err == nil:
-		return // released: the request's event already told
-	case t.kind == taskRelease:
+	case t.kind != taskComplete && err == nil:
+		return // released or evicted: the request's event already told
+	case t.kind != taskComplete:
 		ev.Outcome = OutcomeReleaseFailed
 	case err == nil:
 		ev.Outcome = OutcomeCompletedLate

@@ -88,7 +88,9 @@ const (
 	OutcomeCompletionDropped Outcome = "completion_dropped"
 	// OutcomeReleaseFailed: a release (after a 5xx, a panic, or a failed
 	// Claim that may have landed) kept failing until the claim's lease
-	// ended, or was dropped; the key frees at the lease end.
+	// ended, or was dropped; the key frees at the lease end. Also an
+	// eviction of a panicked stream's record that kept failing until the
+	// completion retry limit: retries may replay its status and headers.
 	OutcomeReleaseFailed Outcome = "release_failed"
 )
 

@@ -77,16 +77,15 @@ func (f *flight) to(next state, resp *Response) bool {
 		case claimed, running, abandoning:
 			f.abort()
 		case streaming:
-			if f.pending != nil {
-				// The background completion must not land; the failed
-				// Complete may have landed all the same, and then the
-				// release finds a completed record: evict it.
-				if errors.Is(f.abort(), ErrLeaseLost) {
-					f.evict()
-				}
-			} else if f.completed {
+			if f.pending != nil || f.completed {
 				// The record (not a transaction's, whose writes did
-				// commit) holds an answer the client saw truncated.
+				// commit) holds an answer the client saw truncated, or,
+				// when its Complete failed, may hold it all the same:
+				// the background completion must not land, and the
+				// record goes, in either state, token-checked.
+				f.e.beats.remove(f)
+				f.pending = nil
+				f.e.local.finish(f, nil)
 				f.evict()
 			}
 			// Neither the duplicates waiting here nor the replay
@@ -315,21 +314,24 @@ func (f *flight) abort() error {
 }
 
 // evict deletes the record this flight completed, when the answer it
-// holds turned out truncated (a stream whose handler panicked). The delete
-// is token-checked: if the record expired and a retry claimed the key
-// meanwhile, that claim stays.
+// holds turned out truncated (a stream whose handler panicked), in
+// either state: a Complete that failed may have landed. The delete is
+// token-checked: if the record expired and a retry claimed the key
+// meanwhile, that claim stays. A failure is retried in the background.
 func (f *flight) evict() {
 	e := f.e
 	ev, ok := e.store.(store.Evicter)
 	if !ok {
 		f.ev.Err = fmt.Errorf("idem: a streamed response's handler panicked after its record was completed, and %T cannot evict it (store.Evicter): retries replay its status and headers", e.store)
+		f.release() // a Complete that failed and did not land left the claim
 		return
 	}
 	ctx := f.storeCall(true)
 	err := ev.Evict(ctx, f.hold())
 	e.endCall(ctx, StoreEvict, err, &f.ev.Finish)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		f.ev.Err = err
+		e.bg.add(f.task(taskEvict, Response{}))
 	}
 }
 

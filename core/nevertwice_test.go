@@ -1006,3 +1006,36 @@ func TestSpuriousWakesBackOff(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// TestPanickedStreamEvictedThroughABlip: a stream's Complete failed but
+// landed, its handler then panicked while the store still failed: the
+// record is evicted in the background once the store is back, and a
+// retry runs again rather than replaying the cut-short answer.
+func TestPanickedStreamEvictedThroughABlip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newBlipStore()
+		s.landing = true
+		e, _ := newEngine(t, s)
+		runs := 0
+		h := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs++
+			if runs > 1 {
+				w.WriteHeader(201)
+				return
+			}
+			w.WriteHeader(200)
+			s.set(true, "complete", "release", "evict")
+			w.(http.Flusher).Flush() // streams: the completion fails, but lands
+			panic(http.ErrAbortHandler)
+		}))
+		func() {
+			defer func() { recover() }()
+			post(h, "/", "k", "")
+		}()
+		s.set(false, "complete", "release", "evict")
+		time.Sleep(30 * time.Second)
+		if w := post(h, "/", "k", ""); w.Code != 201 || runs != 2 {
+			t.Errorf("retry after the panicked stream: %d (replayed %q), runs %d; want it run again", w.Code, w.Header().Get("Idempotent-Replayed"), runs)
+		}
+	})
+}

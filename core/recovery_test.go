@@ -71,6 +71,13 @@ func (s *blipStore) Complete(ctx context.Context, h store.Hold, c store.Completi
 	return s.testStore.Complete(ctx, h, c)
 }
 
+func (s *blipStore) Evict(ctx context.Context, h store.Hold) error {
+	if s.fails("evict") {
+		return errBlip
+	}
+	return s.testStore.Evict(ctx, h)
+}
+
 func (s *blipStore) Release(ctx context.Context, h store.Hold) error {
 	if s.fails("release") {
 		return errBlip
