@@ -127,11 +127,11 @@ func (c *replayCache) put(scope, key string, rec *record, own bool, from time.Ti
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if el, ok := c.m[k]; ok {
+		c.remove(el) // an older copy goes, whether or not this one stays
+	}
 	if c.gen.Load() != gen {
 		return
-	}
-	if el, ok := c.m[k]; ok {
-		c.remove(el)
 	}
 	c.m[k] = c.lru.PushFront(&cacheEntry{k: k, rec: rec, until: from.Add(c.ttl), size: size})
 	c.bytes += size

@@ -285,3 +285,19 @@ func TestReplayCacheDropsWhatItCannotKeep(t *testing.T) {
 		t.Error("an older copy outlived a newer record too large to cache")
 	}
 }
+
+// TestReplayCacheRefusedPutDropsTheOldCopy: a put refused because an
+// eviction came after its read still removes an older copy of its key.
+func TestReplayCacheRefusedPutDropsTheOldCopy(t *testing.T) {
+	c := newReplayCache(1<<20, time.Hour)
+	now := time.Now()
+	rec := &record{State: store.Completed, ExpiresAt: now.Add(time.Hour), Response: &Response{Status: 200}}
+	c.put("s", "k", rec, false, now, c.generation())
+	gen := c.generation()
+	c.drop("s", "other") // an eviction of another key, after gen was read
+	c.put("s", "k", rec, false, now, c.generation())
+	c.put("s", "k", rec, false, now, gen) // refused
+	if c.get("s", "k", now) != nil {
+		t.Error("an older copy outlived a refused put of its key")
+	}
+}

@@ -191,14 +191,19 @@ func (b *beats) beaten(f *flight, now time.Time, err error) {
 // third of the lease, or the heartbeat interval when that is shorter, at
 // least a millisecond. Without an interval set, on a store that fails
 // over, it is at most half of what the lease leaves after the failover
-// and the store timeout (see config.outlast), but not under minBeat.
+// and the store timeout (see config.outlast), when that is minBeat or
+// more.
 func (e *Engine) beatEvery(lease time.Duration) time.Duration {
 	every := lease / 3
 	switch c := &e.cfg; {
 	case c.heartbeat > 0:
 		every = min(c.heartbeat, every)
 	case c.failover > 0:
-		every = min(every, max((lease-c.failover-c.storeTimeout)/2, minBeat))
+		// A route's lease shorter than the failover needs (a short TTL)
+		// cannot outlast it however often it beats: a third, then.
+		if fit := (lease - c.failover - c.storeTimeout) / 2; fit >= minBeat {
+			every = min(every, fit)
+		}
 	}
 	return max(every, time.Millisecond)
 }
