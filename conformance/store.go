@@ -587,6 +587,10 @@ func testCompleteAfterTakeover(h *harness) {
 	h.wantLeaseLost(err, "Complete with the token of a claim that was taken over")
 	err = h.complete(scopeA, "key-1", "token-old", okResult("old"), taker.Now.Add(time.Second), h.at(retention))
 	h.wantLeaseLost(err, "Complete with the token of a claim that was taken over")
+	// Nor once the taker's own lease has ended (it stalled, and nobody
+	// took the key over from it): a token check is not a lease check.
+	err = h.complete(scopeA, "key-1", "token-old", okResult("old"), taker.LeaseEnd.Add(time.Second), h.at(retention))
+	h.wantLeaseLost(err, "Complete with the token of a claim that was taken over, after the taker's lease ended")
 	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", taker.Now.Add(2*time.Second)), "the new claim holds the key")
 	h.checkRecord("new owner's record after the old owner's Complete", rec, inProgress(taker))
 
@@ -1346,6 +1350,8 @@ func testExtendAfterTakeover(h *harness) {
 	h.acquire(taker, "the old claim's lease has ended")
 	h.wantLeaseLost(h.extend(scopeA, "key-1", "token-old", h.at(time.Minute), h.at(time.Hour)),
 		"Extend with the token of a claim that was taken over")
+	h.wantLeaseLost(h.extend(scopeA, "key-1", "token-old", taker.LeaseEnd.Add(time.Second), taker.LeaseEnd.Add(time.Hour)),
+		"Extend with the token of a claim that was taken over, after the taker's lease ended")
 	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-x", "token-x", taker.Now.Add(time.Second)), "the new claim holds the key")
 	h.checkRecord("new owner's record after the old owner's Extend", rec, inProgress(taker))
 }

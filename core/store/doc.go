@@ -20,8 +20,11 @@
 // execution, [TxBeginner] with [Tx] and [ClaimHolder]. The engine finds
 // them with a type assertion.
 //
-// The conformance module's RunStore checks every rule stated here against
-// a real server; every store must pass it.
+// The conformance module's RunStore checks the rules stated here against
+// a real server; every store must pass it. A few it does not check yet:
+// that every method honours its context's end, FailoverBound, the grace a
+// store that expires records by itself keeps an in-progress record past
+// its lease end, and a Notifier firing on Evict or DeleteExpired.
 //
 // # Records written before results were opaque
 //
