@@ -83,6 +83,7 @@ var contractTests = []storeTest{
 	{"CompleteWrongToken", testCompleteWrongToken},
 	{"CompleteMissingRecord", testCompleteMissing},
 	{"CompleteAfterLeaseEnd", testCompleteAfterLeaseEnd},
+	{"CompleteInGraceByWallClock", testCompleteInGrace},
 	{"CompleteTwice", testCompleteTwice},
 	{"CompleteAfterTakeover", testCompleteAfterTakeover},
 	{"CompleteCopiesBody", testCompleteKeepsCopy},
@@ -540,6 +541,26 @@ func testCompleteMissing(h *harness) {
 
 // testCompleteAfterLeaseEnd: a lease that ended without anyone taking the
 // key over still belongs to its token, so a late Complete lands.
+// testCompleteInGrace: a claim whose lease ended in the past by the wall
+// clock (not only by the suite's offsets), and that nobody took over,
+// still lands its late Complete: a store that removes records by itself
+// keeps an in-progress record until LeaseEnd + (LeaseEnd - CreatedAt).
+// The times are real ones, so a store that expires records by its own
+// clock or by absolute times (a TTL attribute, a sweeper) is held to the
+// grace, not only to the lease.
+func testCompleteInGrace(h *harness) {
+	c := h.newClaim(scopeA, "key-1", "fp-1", "token-1", h.at(-lease-2*time.Minute))
+	h.acquire(c, "there is no record")
+	now := h.at(0) // two minutes past the lease end, three before the grace ends
+	resp := okResult("late")
+	if err := h.complete(scopeA, "key-1", "token-1", resp, now, now.Add(retention)); err != nil {
+		h.t.Fatalf("Complete at %s of a claim whose lease ended at %s (its grace lasts a lease more) and that nobody took over: %v, want it to land",
+			h.when(now), h.when(c.LeaseEnd), err)
+	}
+	rec := h.blocked(h.newClaim(scopeA, "key-1", "fp-1", "token-2", now.Add(time.Second)), "the late Complete stored the record")
+	h.checkRecord("record after a Complete in the grace", rec, completed(c, resp, now.Add(retention)))
+}
+
 func testCompleteAfterLeaseEnd(h *harness) {
 	for _, tc := range []struct {
 		name  string
