@@ -22,9 +22,10 @@
 //
 // The conformance module's RunStore checks the rules stated here against
 // a real server; every store must pass it. A few it does not check yet:
-// that every method honours its context's end, FailoverBound, the grace a
-// store that expires records by itself keeps an in-progress record past
-// its lease end, and a Notifier firing on Evict or DeleteExpired.
+// that every method honours its context's end, FailoverBound, the grace
+// past the lease end of a store that expires records by a relative TTL
+// (the suite cannot wait it out), and a Notifier firing on Evict or
+// DeleteExpired.
 //
 // # Records written before results were opaque
 //
