@@ -210,6 +210,10 @@ func (f *flight) retryAfter(rec *record) time.Duration {
 	return f.e.retryAfter(rec.LeaseEnd.Sub(f.now))
 }
 
+// wakeGap is the least time between two looks at the store that a wait
+// makes on wakes.
+const wakeGap = 25 * time.Millisecond
+
 // wait waits for the claim that holds the key to finish, then claims
 // again: a replay, this flight's own claim (the first released), or, when
 // the wait limit or the caller's context ends first, in flight. While
@@ -230,16 +234,40 @@ func (f *flight) wait(rec *record) outcome {
 	var wake <-chan struct{}
 	stop := func() {}
 	defer func() { stop() }()
-	woke := false // the last look came from a wake, and found the key still in flight
+	woke := false          // a wake ended the last round
+	var lastLook time.Time // when the last claim began
 	for {
 		if wake == nil && e.notifier != nil {
 			if ch, s, err := e.notifier.Watch(wctx, store.Ref{Scope: f.scope, Key: f.key}); err == nil {
 				wake, stop = ch, s
 			}
 		}
+		if woke {
+			// A wake right after a look (a busy channel, a store whose
+			// watch fires early) waits out wakeGap from that look, so a
+			// restless watch cannot make this loop claim as fast as the
+			// store answers; a real completion is seen at most wakeGap
+			// late.
+			woke = false
+			if d := wakeGap - time.Since(lastLook); d > 0 {
+				gap := time.NewTimer(d)
+				select {
+				case <-gap.C:
+				case <-deadline.C:
+					gap.Stop()
+					return f.existing(rec, true)
+				case <-f.ctx.Done():
+					gap.Stop()
+					f.ev.Err = f.ctx.Err()
+					f.ev.Outcome = OutcomeCanceled
+					return outcome{verdict: canceled, err: f.ctx.Err()}
+				}
+			}
+		}
 		if !e.bg.completing(f.scope, f.key) {
 			// Look again now that the watch is in place, so a completion
 			// that happened before it is not missed.
+			lastLook = time.Now()
 			res, err := f.claim()
 			switch {
 			case err != nil && f.ctx.Err() != nil:
@@ -259,21 +287,12 @@ func (f *flight) wait(rec *record) outcome {
 			}
 		}
 		poll := time.NewTimer(bo.d)
-		next := wake
-		if woke {
-			// A wake that found the key still in flight (a busy channel,
-			// a store whose watch fires early): the next look waits a
-			// poll's backoff, so a restless watch cannot make this loop
-			// claim as fast as the store answers.
-			next = nil
-		}
 		select {
-		case <-next:
+		case <-wake:
 			stop()
 			wake, stop, woke = nil, func() {}, true
 		case <-poll.C:
 			bo.grow()
-			woke = false
 		case <-deadline.C:
 			poll.Stop()
 			return f.existing(rec, true)

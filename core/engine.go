@@ -230,7 +230,8 @@ const minBeat = 100 * time.Millisecond
 // needLease returns the shortest lease, in whole seconds, that outlasts a
 // failover of d (see outlast): without a heartbeat, d; with an interval
 // set, two of them, d and the store timeout; otherwise half as long again
-// as d, and at least d, the store timeout and two of minBeat.
+// as d, and long enough that the derived interval is at least a tenth of
+// the lease (a quarter more than d and the store timeout).
 func needLease(d, storeTimeout, heartbeat time.Duration, beat bool) time.Duration {
 	var l time.Duration
 	switch {
@@ -239,7 +240,7 @@ func needLease(d, storeTimeout, heartbeat time.Duration, beat bool) time.Duratio
 	case heartbeat > 0:
 		l = 2*heartbeat + d + storeTimeout
 	default:
-		l = max(d+d/2, d+storeTimeout+2*minBeat)
+		l = max(d+d/2, (d+storeTimeout)*5/4, d+storeTimeout+2*minBeat)
 	}
 	return (l + time.Second - 1).Truncate(time.Second)
 }

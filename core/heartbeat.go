@@ -58,7 +58,7 @@ func (b *beats) add(f *flight) {
 	b.head = f
 	first := period
 	if !due.After(now) {
-		first = 0
+		first = 0 // due already: a late claim answer, a slow BeginTx
 	}
 	switch {
 	case b.timer == nil:
@@ -68,8 +68,11 @@ func (b *beats) add(f *flight) {
 		b.period = period
 		b.timer = time.AfterFunc(first, b.fire)
 	case period < b.period || first == 0:
+		// A tick now serves what is due and re-arms at the shorter
+		// period: resetting to the period could put off a beat another
+		// flight is about to need.
 		b.period = min(b.period, period)
-		b.timer.Reset(first)
+		b.timer.Reset(0)
 	}
 	b.mu.Unlock()
 }

@@ -984,7 +984,7 @@ func (s restlessWatch) Watch(ctx context.Context, ref store.Ref) (<-chan struct{
 }
 
 // TestSpuriousWakesBackOff: a waiter whose watch fires while the key is
-// still in flight looks at the store again, but backs off as a poll would,
+// still in flight looks at the store again, but at most once per wakeGap,
 // instead of claiming as fast as the store answers.
 func TestSpuriousWakesBackOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -999,8 +999,8 @@ func TestSpuriousWakesBackOff(t *testing.T) {
 		synctest.Wait()
 		before := s.count("claim")
 		_, _, err := b.Do(t.Context(), Op{Kind: "t", Name: "n", Key: "k", Fingerprint: "f"}, func(context.Context) ([]byte, error) { return nil, nil })
-		if n := s.count("claim") - before; !errors.Is(err, ErrInFlight) || n > 20 {
-			t.Errorf("a 2 s wait with a restless watch: %v after %d claims; want ErrInFlight after about as many as polling makes", err, n)
+		if n := s.count("claim") - before; !errors.Is(err, ErrInFlight) || n > int(2*time.Second/wakeGap)+20 {
+			t.Errorf("a 2 s wait with a restless watch: %v after %d claims; want ErrInFlight after at most one look per %v", err, n, wakeGap)
 		}
 		close(release)
 		synctest.Wait()
@@ -1038,4 +1038,67 @@ func TestPanickedStreamEvictedThroughABlip(t *testing.T) {
 			t.Errorf("retry after the panicked stream: %d (replayed %q), runs %d; want it run again", w.Code, w.Header().Get("Idempotent-Replayed"), runs)
 		}
 	})
+}
+
+// TestWakeAfterAWakeIsPrompt: waiters woken by a release, one of which
+// claims and runs, see its completion as soon as their watch fires, not a
+// poll's backoff later.
+func TestWakeAfterAWakeIsPrompt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := notifyingStore{newTestStore()}
+		var done time.Time
+		runs := 0
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs++
+			if runs == 1 {
+				time.Sleep(5 * time.Second)
+				w.WriteHeader(503) // released: the waiters wake
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+			w.WriteHeader(201)
+			done = time.Now()
+		})
+		var mws []http.Handler
+		for range 3 {
+			e, _ := newEngine(t, s, WithWait(30*time.Second))
+			mws = append(mws, e.Middleware()(h))
+		}
+		go post(mws[0], "/", "k", "")
+		synctest.Wait()
+		var wg sync.WaitGroup
+		var answered [2]time.Time
+		for i := range 2 {
+			wg.Go(func() {
+				post(mws[i+1], "/", "k", "")
+				answered[i] = time.Now()
+			})
+		}
+		wg.Wait()
+		for i, at := range answered {
+			if late := at.Sub(done); late > wakeGap {
+				t.Errorf("waiter %d answered %v after the run it waited for ended; want at most %v", i, late, wakeGap)
+			}
+		}
+	})
+}
+
+// TestFailoverLeaseKeepsBeatsSparse: on a store that fails over, the
+// default lease leaves the heartbeat an interval of at least a tenth of
+// it, whatever the store timeout, and still outlasts the failover at any
+// phase (two intervals, the failover and the store timeout fit).
+func TestFailoverLeaseKeepsBeatsSparse(t *testing.T) {
+	for _, tc := range []struct{ failover, timeout time.Duration }{
+		{10 * time.Second, 2 * time.Second},
+		{35 * time.Second, 2 * time.Second},
+		{35 * time.Second, 20 * time.Second},
+		{32 * time.Second, 2 * time.Second},
+	} {
+		e, _ := newEngine(t, failingOver{newBlipStore(), tc.failover}, WithStoreTimeout(tc.timeout))
+		lease := e.Lease()
+		every := e.beatEvery(lease)
+		if every < lease/10 || 2*every+tc.failover+tc.timeout > lease {
+			t.Errorf("failover %v, store timeout %v: lease %v, a beat every %v", tc.failover, tc.timeout, lease, every)
+		}
+	}
 }
