@@ -58,7 +58,7 @@ func (e *Engine) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler 
 					return
 				}
 				_, inner := patternRoute(method, pattern)
-				if mount := strings.TrimSuffix(route, "/"); mount != "" && !strings.HasPrefix(inner, mount) {
+				if mount := mountPath(route); mount != "" && inner != mount && !strings.HasPrefix(inner, mount+"/") {
 					// An outer mux mounted this one under a prefix that
 					// StripPrefix took off the path: the mount keeps two
 					// mounted muxes' routes apart. A route that carries
@@ -83,6 +83,15 @@ func (e *Engine) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler 
 			p.serve(w, r, route, next)
 		})
 	}
+}
+
+// mountPath is the path of an outer ServeMux's pattern route, without
+// its host and its trailing slash: "" for a mount at the root of its host.
+func mountPath(route string) string {
+	if i := strings.IndexByte(route, '/'); i > 0 {
+		route = route[i:] // "example.com/v1/": the host names no path
+	}
+	return strings.TrimSuffix(route, "/")
 }
 
 // redirectType is the type of the handler a ServeMux answers its own

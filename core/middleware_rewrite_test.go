@@ -289,6 +289,10 @@ func TestMountedMuxRouteNames(t *testing.T) {
 		{"at the root", "/orders", "/orders", func(o *http.ServeMux, h http.Handler) { o.Handle("/", h) }, "POST /orders"},
 		{"under its own prefix", "/v1/orders", "/v1/orders", func(o *http.ServeMux, h http.Handler) { o.Handle("/v1/", h) }, "POST /v1/orders"},
 		{"stripped", "/v1/orders", "/v1/ /orders", func(o *http.ServeMux, h http.Handler) { o.Handle("/v1/", http.StripPrefix("/v1", h)) }, "POST /orders"},
+		// A prefix is a whole path segment: /ab/x does not carry /a.
+		{"stripped, a longer segment", "/a/ab/x", "/a/ /ab/x", func(o *http.ServeMux, h http.Handler) { o.Handle("/a/", http.StripPrefix("/a", h)) }, "POST /ab/x"},
+		// A host names no path: a mux mounted at a host's root keeps its names.
+		{"at a host's root", "/orders", "/orders", func(o *http.ServeMux, h http.Handler) { o.Handle("example.com/", h) }, "POST /orders"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, ev := newEngine(t, newTestStore())
