@@ -539,8 +539,6 @@ func testCompleteMissing(h *harness) {
 		"a failed Complete must not create a record")
 }
 
-// testCompleteAfterLeaseEnd: a lease that ended without anyone taking the
-// key over still belongs to its token, so a late Complete lands.
 // testCompleteInGrace: a claim whose lease ended in the past by the wall
 // clock (not only by the suite's offsets), and that nobody took over,
 // still lands its late Complete: a store that removes records by itself
@@ -561,6 +559,8 @@ func testCompleteInGrace(h *harness) {
 	h.checkRecord("record after a Complete in the grace", rec, completed(c, resp, now.Add(retention)))
 }
 
+// testCompleteAfterLeaseEnd: a lease that ended without anyone taking the
+// key over still belongs to its token, so a late Complete lands.
 func testCompleteAfterLeaseEnd(h *harness) {
 	for _, tc := range []struct {
 		name  string
