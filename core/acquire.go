@@ -210,6 +210,13 @@ func (f *flight) retryAfter(rec *record) time.Duration {
 	return f.e.retryAfter(rec.LeaseEnd.Sub(f.now))
 }
 
+// waitCanceled is the outcome of a wait that the caller's context ended.
+func (f *flight) waitCanceled() outcome {
+	f.ev.Err = f.ctx.Err()
+	f.ev.Outcome = OutcomeCanceled
+	return outcome{verdict: canceled, err: f.ctx.Err()}
+}
+
 // wakeGap is the least time between two looks at the store that a wait
 // makes on wakes.
 const wakeGap = 25 * time.Millisecond
@@ -258,9 +265,7 @@ func (f *flight) wait(rec *record) outcome {
 					return f.existing(rec, true)
 				case <-f.ctx.Done():
 					gap.Stop()
-					f.ev.Err = f.ctx.Err()
-					f.ev.Outcome = OutcomeCanceled
-					return outcome{verdict: canceled, err: f.ctx.Err()}
+					return f.waitCanceled()
 				}
 			}
 		}
@@ -298,9 +303,7 @@ func (f *flight) wait(rec *record) outcome {
 			return f.existing(rec, true)
 		case <-f.ctx.Done():
 			poll.Stop()
-			f.ev.Err = f.ctx.Err()
-			f.ev.Outcome = OutcomeCanceled
-			return outcome{verdict: canceled, err: f.ctx.Err()}
+			return f.waitCanceled()
 		}
 		poll.Stop()
 	}

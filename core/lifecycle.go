@@ -303,14 +303,13 @@ func (f *flight) launch() {
 // abort ends a run that has no answer to store (a panic, a hijacked
 // connection, an answer written elsewhere): the transaction rolls back and
 // the key is released.
-// It returns the release's error.
-func (f *flight) abort() error {
+func (f *flight) abort() {
 	f.e.beats.remove(f)
 	defer f.e.local.finish(f, nil)
 	f.ev.Outcome = OutcomeReleased
 	f.rollback()
 	f.pending = nil
-	return f.release()
+	f.release()
 }
 
 // evict deletes the record this flight completed, when the answer it
@@ -336,9 +335,8 @@ func (f *flight) evict() {
 }
 
 // release deletes this flight's claim; a failure other than a lost claim
-// is retried in the background within the lease. It returns the
-// Release's error.
-func (f *flight) release() error {
+// is retried in the background within the lease.
+func (f *flight) release() {
 	e := f.e
 	ctx := f.storeCall(true)
 	err := e.store.Release(ctx, f.hold())
@@ -349,7 +347,6 @@ func (f *flight) release() error {
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		f.releaseLater()
 	}
-	return err
 }
 
 // releaseLater releases the claim in the background.

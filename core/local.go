@@ -169,9 +169,7 @@ func (f *flight) local() (outcome, bool) {
 			return outcome{verdict: inFlight, rec: lf.inProgress(f)}, true
 		case <-f.ctx.Done():
 			lease.Stop()
-			f.ev.Err = f.ctx.Err()
-			f.ev.Outcome = OutcomeCanceled
-			return outcome{verdict: canceled, err: f.ctx.Err()}, true
+			return f.waitCanceled(), true
 		}
 	}
 }

@@ -577,81 +577,54 @@ func TestClockReadPaused(t *testing.T) {
 	}
 }
 
-// TestLocalWaiterNeverRunsBesidePendingCompletion: a duplicate waiting on
+// TestWaiterNeverRunsBesidePendingCompletion: a duplicate waiting on
 // this process's flight, when that flight ends with its completion still
-// pending (the store is down), must neither claim beside it nor, with fail
-// open, run unprotected.
-func TestLocalWaiterNeverRunsBesidePendingCompletion(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newBlipStore()
-		e, _ := newEngine(t, s, WithWait(10*time.Second), WithFailOpen())
-		gate := make(chan struct{})
-		var runs atomic.Int32
-		mw := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if runs.Add(1) == 1 {
-				<-gate
-			}
-			w.WriteHeader(201)
-		}))
-		first := make(chan int)
-		go func() { first <- post(mw, "/", "k", "").Code }()
-		synctest.Wait()
-		waiter := make(chan int)
-		go func() { waiter <- post(mw, "/", "k", "").Code }()
-		synctest.Wait() // the duplicate waits on the local flight
-		s.set(true, "complete", "claim", "extend")
-		close(gate)
-		if code := <-first; code != 201 {
-			t.Errorf("first: %d, want 201", code)
-		}
-		if code := <-waiter; code != http.StatusConflict {
-			t.Errorf("waiter: %d, want 409 while the first's completion is pending", code)
-		}
-		if n := runs.Load(); n != 1 {
-			t.Errorf("the handler ran %d times, want 1", n)
-		}
-		s.set(false, "complete", "claim", "extend")
-		time.Sleep(20 * time.Second)
-	})
-}
-
-// TestStoreWaiterNeverTakesOverPendingCompletion: a duplicate polling the
-// store in wait mode must not take over the claim of this process's
-// flight whose completion is still pending, once its lease has run out.
-func TestStoreWaiterNeverTakesOverPendingCompletion(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newBlipStore()
-		e, _ := newEngine(t, s, WithWait(60*time.Second))
-		gate := make(chan struct{})
-		var runs atomic.Int32
-		mw := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if runs.Add(1) == 1 {
-				<-gate
-			}
-			w.WriteHeader(201)
-		}))
-		first := make(chan int)
-		go func() { first <- post(mw, "/", "k", "").Code }()
-		synctest.Wait()
-		waiter := make(chan int)
-		go func() { waiter <- post(mw, "/", "k", "").Code }()
-		synctest.Wait()
-		// The first ends with its completion pending; the waiter then
-		// polls the store, which holds the claim until its lease ends.
-		s.set(true, "complete", "extend")
-		close(gate)
-		if code := <-first; code != 201 {
-			t.Errorf("first: %d, want 201", code)
-		}
-		if code := <-waiter; code != http.StatusConflict {
-			t.Errorf("waiter: %d, want 409 while the first's completion is pending", code)
-		}
-		if n := runs.Load(); n != 1 {
-			t.Errorf("the handler ran %d times, want 1", n)
-		}
-		s.set(false, "complete", "extend")
-		time.Sleep(20 * time.Second)
-	})
+// pending (the store failing), must neither run unprotected (fail open,
+// the store down) nor take the claim over once its lease has run out
+// (the store answering claims, not completions or extensions).
+func TestWaiterNeverRunsBesidePendingCompletion(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		down []string
+	}{
+		{"fail open, store down", []Option{WithWait(10 * time.Second), WithFailOpen()}, []string{"complete", "claim", "extend"}},
+		{"store taking claims", []Option{WithWait(60 * time.Second)}, []string{"complete", "extend"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newBlipStore()
+				e, _ := newEngine(t, s, tc.opts...)
+				gate := make(chan struct{})
+				var runs atomic.Int32
+				mw := e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if runs.Add(1) == 1 {
+						<-gate
+					}
+					w.WriteHeader(201)
+				}))
+				first := make(chan int)
+				go func() { first <- post(mw, "/", "k", "").Code }()
+				synctest.Wait()
+				waiter := make(chan int)
+				go func() { waiter <- post(mw, "/", "k", "").Code }()
+				synctest.Wait() // the duplicate waits on the local flight
+				s.set(true, tc.down...)
+				close(gate)
+				if code := <-first; code != 201 {
+					t.Errorf("first: %d, want 201", code)
+				}
+				if code := <-waiter; code != http.StatusConflict {
+					t.Errorf("waiter: %d, want 409 while the first's completion is pending", code)
+				}
+				if n := runs.Load(); n != 1 {
+					t.Errorf("the handler ran %d times, want 1", n)
+				}
+				s.set(false, tc.down...)
+				time.Sleep(20 * time.Second)
+			})
+		})
+	}
 }
 
 // TestWaitLimitCountsOnce: WithWait's limit is the whole wait, on the
