@@ -87,7 +87,9 @@ func (f *flight) acquireStore() outcome {
 func (f *flight) confirm() outcome {
 	e := f.e
 	now := e.clockNow()
-	if now.Before(f.now.Add(f.lease - f.lease/3)) {
+	if f.txClaim || now.Before(f.now.Add(f.lease-f.lease/3)) {
+		// A claim inside a transaction has no lease to run out: the
+		// transaction holds it.
 		return outcome{verdict: acquired}
 	}
 	if e.extender == nil {
@@ -127,10 +129,26 @@ func (f *flight) claim() (claimResult, error) {
 	f.leaseEnd.Store(leaseEnd.UnixNano())
 	ctx := f.storeCall(false)
 	f.learned = ctx.began
-	res, err := e.store.Claim(ctx, store.Claim{
+	c := store.Claim{
 		Scope: f.scope, Key: f.key, Fingerprint: f.fp, Token: f.token,
 		Now: f.now, LeaseEnd: leaseEnd,
-	})
+	}
+	var res store.ClaimResult
+	if e.txc != nil {
+		var t store.Tx
+		res, t, err = e.txc.ClaimTx(ctx, c)
+		if err == nil && res.Acquired != (t != nil) {
+			if t != nil {
+				t.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the error below is the one to report
+			}
+			err = fmt.Errorf("idem: %T.ClaimTx returned Acquired %t with a transaction %v", e.store, res.Acquired, t)
+		}
+		if err == nil && t != nil {
+			f.tx, f.txClaim = t, true
+		}
+	} else {
+		res, err = e.store.Claim(ctx, c)
+	}
 	e.endCall(ctx, StoreClaim, err, &f.ev.Claim)
 	if err == nil && !res.Acquired && res.Existing == nil {
 		err = fmt.Errorf("idem: %T.Claim returned neither a claim nor the existing record", e.store)

@@ -18,6 +18,7 @@ type Engine struct {
 	extender store.Extender
 	batch    store.BatchExtender // the heartbeat's, when the store has it
 	txb      store.TxBeginner
+	txc      store.TxClaimer // claims inside the transaction, when txb has it
 	def      *Policy
 	bg       *background
 	beats    beats
@@ -46,6 +47,9 @@ func New(s Store, opts ...Option) (*Engine, error) {
 	e.extender, _ = s.(store.Extender)
 	e.batch, _ = s.(store.BatchExtender)
 	e.txb, _ = s.(store.TxBeginner)
+	if e.txb != nil {
+		e.txc, _ = s.(store.TxClaimer)
+	}
 	c := &e.cfg
 	switch {
 	case !c.beatSet:

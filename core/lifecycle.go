@@ -119,6 +119,7 @@ type flight struct {
 	lf        *localFlight // this flight's hold on its key in the process (&held), until it settles
 	held      localFlight  // lf's storage, saving an allocation; waiters may keep it past the flight
 	tx        store.Tx     // the exactly-once transaction, while it is open
+	txClaim   bool         // the claim lives in tx (store.TxClaimer): its end ends the claim
 	completed bool         // Complete (not a transaction) stored the record
 	pending   *task
 
@@ -162,6 +163,9 @@ func (f *flight) storeCall(detached bool) *storeCtx {
 // claim is released and the flight reports a store failure.
 func (f *flight) begin() error {
 	e := f.e
+	if f.txClaim {
+		return nil // claimed inside the transaction, which holds the claim
+	}
 	if e.txb != nil {
 		ctx := f.storeCall(false)
 		t, err := e.txb.BeginTx(ctx, f.hold())

@@ -108,6 +108,30 @@ type TxBeginner interface {
 	BeginTx(ctx context.Context, h Hold) (Tx, error)
 }
 
+// TxClaimer is an optional capability of a TxBeginner that claims inside
+// the transaction: the claim and BeginTx in one step, so that the claim,
+// the handler's writes and the completed record commit together, in one
+// durable commit instead of two. The engine calls ClaimTx, when the store
+// has it, wherever it would call Claim.
+//
+// An acquired claim lives in the returned Tx, which must hold it
+// (ClaimHolder): other claims and Get see the record in progress, with
+// its fingerprint, from the moment ClaimTx returns until the transaction
+// ends; a Rollback (or the end of the store's session, a crash) ends the
+// claim with it, and the key is free at once. The engine still releases
+// the key after a rollback, token-checked, since a handler that committed
+// its transaction early committed the claim too. Commit's contract is
+// Tx's; after the handler or the server ended the transaction (the claim
+// may be gone with it), a c.Failed outcome is stored on its own, claimed
+// again if need be, and any other is refused.
+type TxClaimer interface {
+	// ClaimTx claims c's key as Store.Claim does. When it acquires the
+	// claim it returns the transaction holding it; otherwise the Tx is
+	// nil and nothing is left open. On an error nothing is held either:
+	// the store has ended whatever it began.
+	ClaimTx(ctx context.Context, c Claim) (ClaimResult, Tx, error)
+}
+
 // Tx is a transaction started by TxBeginner.BeginTx.
 type Tx interface {
 	// Context returns parent carrying the transaction, for the handler.

@@ -219,6 +219,7 @@ type queries struct {
 	selectRecord, take, extend, release, delete, evict, get stmt
 	holding, extendBatch                                    stmt
 	mark, holder, hold, unhold, held                        stmt
+	claimRead, takeTx, dirty                                stmt
 	expired, sweepLock, sweepDelete, watch                  stmt
 	complete, commit                                        string // prepared: ? placeholders
 }
@@ -240,6 +241,9 @@ func newQueries(table string) queries {
 		hold:         compile(holdSQL, t, "table", "scope", "key"),
 		unhold:       compile(unholdSQL, t, "table", "scope", "key"),
 		held:         compile(heldSQL, t, "table", "scope", "key"),
+		claimRead:    compile(claimReadSQL, t, "table", "scope", "key"),
+		takeTx:       compile(takeTxSQL, t, "scope", "key", "fp", "token", "now", "lease", "mark"),
+		dirty:        compile(dirtySQL, t, "scope", "key"),
 		expired:      compile(expiredSQL, t, "now", "limit"),
 		sweepLock:    compile(sweepLockSQL, t, "in", "now"),
 		sweepDelete:  compile(sweepDeleteSQL, t, "in", "limit"),

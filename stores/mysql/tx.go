@@ -153,8 +153,9 @@ type txn struct {
 	stmt     *sql.Stmt          // commitSQL, prepared on the pool
 	stmtDone func()
 	mark     []byte
-	scope    string     // as stored (scopeKey)
-	hold     store.Hold // as the engine gave it
+	scope    string       // as stored (scopeKey)
+	hold     store.Hold   // as the engine gave it
+	claim    *store.Claim // the claim made in the transaction (ClaimTx), or nil (BeginTx)
 	done     bool
 }
 
@@ -227,7 +228,7 @@ func (t *txn) Commit(ctx context.Context, c store.Completion) error {
 	if errors.Is(err, sql.ErrTxDone) {
 		t.finish(nil) // the handler ended it: give the connection back first
 		return sqlbase.CommitEnded("mysqlstore", c.Failed, func() error {
-			return t.s.Complete(ctx, t.hold, c)
+			return t.completeAfterEnd(ctx, c)
 		})
 	}
 	switch {
@@ -262,10 +263,15 @@ func (t *txn) lost(ctx context.Context) error {
 	var state int64
 	err := t.tx.QueryRowContext(ctx, t.s.q.holder.render(t.scope, t.hold.Key)).Scan(&token, &state, &mark)
 	switch {
+	case err != nil && !errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("the completion matched no row, and reading why failed: %w", err)
+	case t.claim != nil:
+		// The claim was made in the transaction: nothing else can take
+		// the record while it lives, so a claim that is not there any
+		// more, or not with the mark, went with a rollback.
+		return ErrRolledBack
 	case errors.Is(err, sql.ErrNoRows):
 		return store.ErrLeaseLost
-	case err != nil:
-		return fmt.Errorf("the completion matched no row, and reading why failed: %w", err)
 	case string(token) == t.hold.Token && state == int64(store.InProgress) && !bytes.Equal(mark, t.mark):
 		return ErrRolledBack
 	}

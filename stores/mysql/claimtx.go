@@ -1,0 +1,373 @@
+package mysqlstore
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/core/store"
+	"github.com/idemkit/idem/stores/sqlbase"
+)
+
+// An exactly-once engine claims inside the request's transaction
+// (store.TxClaimer): the claim's row is inserted in the transaction that
+// later holds the handler's writes and commits with the completed record,
+// so that a first request costs InnoDB one durable commit, not two (the
+// claim's own, then the transaction's). Until that commit the claim is
+// uncommitted, and a consistent read does not see it; other requests learn
+// of it from the user-level lock the transaction holds (holdName), and
+// read its fingerprint with a read that sees uncommitted rows (dirtySQL).
+
+var _ store.TxClaimer = (*ExactlyOnceStore)(nil)
+
+// claimReadSQL is ClaimTx's first statement: the record as committed, as
+// selectSQL reads it (no lock taken, none waited for), and whether a
+// session holds the record's user-level lock, which an exactly-once
+// transaction does for as long as it lives: the one way to tell a claim
+// still uncommitted in another session from a free key in one round
+// trip. The derived table gives the row to join: the result has one row
+// whether or not the record exists.
+var claimReadSQL = "SELECT IS_USED_LOCK(" + holdName + ") IS NOT NULL, r." +
+	strings.ReplaceAll(recordCols, ", ", ", r.") +
+	" FROM (SELECT 1 AS one) AS o LEFT JOIN {{t}} AS r ON r.scope = :scope AND r.`key` = :key"
+
+// takeTxSQL is takeSQL inside the claiming transaction, after holdSQL: it
+// also writes the transaction's mark (markSQL's, in the same statement),
+// and inserts only when holdSQL got the user-level lock (@idem_hold = 1).
+// Without the lock it changes nothing and reports insert id 0 with no row
+// affected: another session's transaction holds the record, and the
+// claim answers with what that transaction is doing instead of waiting
+// for its row lock. The insert ids are takeSQL's.
+const takeTxSQL = "INSERT INTO {{t}} (scope, `key`, fingerprint, token, state, status, headers, body, body_omitted, created_at, lease_end, expires_at, tx_mark)\n" +
+	"SELECT :scope, :key, :fp, :token, 1, NULL, NULL, NULL, FALSE, :now, :lease, :lease, :mark FROM DUAL WHERE @idem_hold = 1\n" +
+	"ON DUPLICATE KEY UPDATE\n" +
+	"    fingerprint  = IF(LAST_INSERT_ID(IF(expires_at <= :now OR (state = 1 AND lease_end <= :now), 2, 1)) = 2, :fp, fingerprint),\n" +
+	"    token        = IF(LAST_INSERT_ID() = 2, :token, token),\n" +
+	"    state        = IF(LAST_INSERT_ID() = 2, 1, state),\n" +
+	"    status       = IF(LAST_INSERT_ID() = 2, NULL, status),\n" +
+	"    headers      = IF(LAST_INSERT_ID() = 2, NULL, headers),\n" +
+	"    body         = IF(LAST_INSERT_ID() = 2, NULL, body),\n" +
+	"    body_omitted = IF(LAST_INSERT_ID() = 2, FALSE, body_omitted),\n" +
+	"    created_at   = IF(LAST_INSERT_ID() = 2, :now, created_at),\n" +
+	"    lease_end    = IF(LAST_INSERT_ID() = 2, :lease, lease_end),\n" +
+	"    expires_at   = IF(LAST_INSERT_ID() = 2, :lease, expires_at),\n" +
+	"    tx_mark      = IF(LAST_INSERT_ID() = 2, :mark, tx_mark)"
+
+// dirtyLevelSQL sets the isolation level of the session's next
+// transaction alone: in autocommit mode, its next statement. dirtySQL
+// (selectSQL) then reads the record as it stands, a claim another
+// transaction has not committed yet included.
+const dirtyLevelSQL = "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"
+
+// ClaimTx implements store.TxClaimer: it claims c's key inside a new
+// transaction, which it returns with the claim when it acquires it.
+// It reads the record first (claimReadSQL): a replay, a mismatch or a
+// record in progress is that one statement. Otherwise, on a pooled
+// connection of its own:
+//
+//	SET autocommit = 0, @idem_hold = GET_LOCK(<name of the record>, 0)
+//	[SET TRANSACTION ISOLATION LEVEL ...]    -- unless WithTxOptions gave none
+//	START TRANSACTION
+//	INSERT ... SELECT ... WHERE @idem_hold = 1 ON DUPLICATE KEY UPDATE ...   -- the claim, as Claim's
+//
+// The transaction then holds the claim as BeginTx's does (its row lock
+// and the user-level lock); the handler's writes, made through Tx, and
+// the completed record commit with the claim, in one durable commit.
+// Until then the claim is not committed: other claims see the lock held
+// and read the record with READ UNCOMMITTED, so they answer with its
+// fingerprint (409 or 422) at once. A claim that finds the lock held but
+// no record yet (the holder is between the lock and its INSERT, or ending)
+// reads again, up to maxClaimAttempts times, and then answers with an
+// in-progress record of its own fingerprint (409).
+//
+// When the transaction ends without a commit (Rollback, the server's
+// rollback, a lost connection, a crash) the claim goes with it and the
+// key is free at once. ctx bounds only the claim; the transaction
+// outlives it.
+func (s *ExactlyOnceStore) ClaimTx(ctx context.Context, c store.Claim) (store.ClaimResult, store.Tx, error) {
+	res, t, err := s.claim(ctx, c, true)
+	if t == nil {
+		return res, nil, err
+	}
+	return res, t, err
+}
+
+// Claim implements store.Store as Store.Claim does, committing the claim
+// on its own, and sees claims not yet committed (ClaimTx's) as ClaimTx
+// does: it answers with them in progress instead of waiting for their row
+// lock.
+func (s *ExactlyOnceStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
+	res, _, err := s.claim(ctx, c, false)
+	return res, err
+}
+
+// claim is ClaimTx (inTx) and Claim.
+func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) (store.ClaimResult, *txn, error) {
+	if err := checkLen("key", c.Key, maxKey); err != nil {
+		return store.ClaimResult{}, nil, err
+	}
+	if err := checkLen("token", c.Token, maxToken); err != nil {
+		return store.ClaimResult{}, nil, err
+	}
+	if err := checkLen("fingerprint", c.Fingerprint, maxFingerprint); err != nil {
+		return store.ClaimResult{}, nil, err
+	}
+	scope := scopeKey(c.Scope)
+	now := sqlbase.FloorMicro(c.Now)
+	read := s.q.claimRead.render(s.table, scope, c.Key)
+	for range maxClaimAttempts {
+		var held bool
+		var r sqlbase.MicroRow
+		err := s.db.QueryRowContext(ctx, read).Scan(&held, &r.Fingerprint, &r.State, &r.Status, &r.Header, &r.Body,
+			&r.BodyOmitted, &r.CreatedAt, &r.LeaseEnd, &r.ExpiresAt)
+		if err != nil {
+			return store.ClaimResult{}, nil, fmt.Errorf("mysqlstore: claim: %w", err)
+		}
+		if r.State.Valid { // the record exists
+			rec, err := r.Record()
+			if err != nil {
+				return store.ClaimResult{}, nil, fmt.Errorf("mysqlstore: claim, key %q: %w", c.Key, err)
+			}
+			if !rec.Takeable(now) || held && rec.State == store.InProgress {
+				return store.ClaimResult{Existing: &rec}, nil, nil
+			}
+		}
+		if held {
+			// A transaction holds the record: its claim, uncommitted,
+			// or its end, racing.
+			rec, err := s.dirty(ctx, scope, c.Key, now, c.LeaseEnd)
+			if err != nil {
+				return store.ClaimResult{}, nil, fmt.Errorf("mysqlstore: claim: %w", err)
+			}
+			if rec != nil {
+				return store.ClaimResult{Existing: rec}, nil, nil
+			}
+			claimRetries.Add(1)
+			continue
+		}
+		var t *txn
+		var outcome int64
+		if inTx {
+			t, outcome, err = s.claimTx(ctx, c, scope, now)
+		} else {
+			outcome, err = s.take(ctx, c, scope, now)
+		}
+		switch {
+		case err != nil:
+			return store.ClaimResult{}, nil, fmt.Errorf("mysqlstore: claim: %w", err)
+		case outcome == takeInserted, outcome == takeTaken:
+			return store.ClaimResult{Acquired: true}, t, nil
+		case outcome == takeLeft:
+			claimRetries.Add(1) // lost a race: the next read returns the record
+		default:
+			deadlockRetries.Add(1)
+		}
+	}
+	// The key stayed held, its holder unseen (or raced) through every
+	// attempt: it is in flight.
+	lease := sqlbase.CeilMicro(c.LeaseEnd)
+	return store.ClaimResult{Existing: &store.Record{Fingerprint: c.Fingerprint, State: store.InProgress,
+		CreatedAt: now, LeaseEnd: lease, ExpiresAt: lease}}, nil, nil
+}
+
+// take is Claim's write, takeSQL on its own: it returns takeSQL's outcome,
+// or takeDeadlock.
+func (s *ExactlyOnceStore) take(ctx context.Context, c store.Claim, scope string, now time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, s.q.take.render(scope, c.Key, c.Fingerprint, c.Token, now.UnixMicro(), sqlbase.CeilMicro(c.LeaseEnd).UnixMicro()))
+	switch {
+	case deadlock(err):
+		return takeDeadlock, nil
+	case err != nil:
+		return 0, err
+	}
+	id, _ := res.LastInsertId()
+	n, _ := res.RowsAffected()
+	switch {
+	case id == takeTaken, id == takeInserted && n == 1, id == takeLeft:
+		return id, nil
+	}
+	return 0, fmt.Errorf("unexpected outcome of the write (insert id %d, %d rows affected)", id, n)
+}
+
+// takeDeadlock is claimTx's outcome when InnoDB chose the claim as a
+// deadlock victim: the attempt starts over.
+const takeDeadlock = -1
+
+// claimTx is one attempt of ClaimTx's write: it returns the transaction
+// holding the claim, or nil and why not (takeLeft: a live record, or the
+// lock held; takeDeadlock), or an error. Whatever it began and did not
+// return is ended.
+func (s *ExactlyOnceStore) claimTx(ctx context.Context, c store.Claim, scope string, now time.Time) (*txn, int64, error) {
+	// Prepare the completion before taking a connection: preparing takes
+	// one of its own (see lazyStmt.get).
+	st, done, err := s.commit.get(ctx, s.db)
+	if err != nil {
+		return nil, 0, err
+	}
+	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	t := &txn{s: s.Store, cancel: cancel, stmtDone: done, stmt: st, scope: scope,
+		hold:  store.Hold{Ref: store.Ref{Scope: c.Scope, Key: c.Key}, Token: c.Token},
+		claim: &c}
+	outcome, err := t.take(txCtx, s.txOptions, now)
+	if !stop() && err == nil {
+		// ctx ended while claiming: database/sql rolls the transaction
+		// back, if it started at all, and the claim with it.
+		err = context.Cause(ctx)
+	}
+	switch {
+	case deadlock(err):
+		t.abandon()
+		return nil, takeDeadlock, nil
+	case err != nil:
+		t.abandon()
+		return nil, 0, err
+	case outcome != takeInserted && outcome != takeTaken:
+		t.abandon()
+		return nil, outcome, nil
+	}
+	return t, outcome, nil
+}
+
+// take takes the connection, starts the transaction and claims in it (see
+// ClaimTx). It returns takeSQL's outcome; takeLeft stands for a lock held
+// elsewhere too.
+func (t *txn) take(ctx context.Context, opts sql.TxOptions, now time.Time) (int64, error) {
+	conn, err := t.s.db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	t.conn = conn
+	t.held = true // from here on, end restores the session or discards it
+	if _, err := conn.ExecContext(ctx, t.s.q.hold.render(t.s.table, t.scope, t.hold.Key)); err != nil {
+		return 0, err
+	}
+	var o *sql.TxOptions
+	if opts != (sql.TxOptions{}) {
+		o = &opts
+	}
+	if t.tx, err = conn.BeginTx(ctx, o); err != nil {
+		return 0, err
+	}
+	t.mark = make([]byte, 16)
+	rand.Read(t.mark)
+	c := t.claim
+	res, err := t.tx.ExecContext(ctx, t.s.q.takeTx.render(t.scope, c.Key, c.Fingerprint, c.Token,
+		now.UnixMicro(), sqlbase.CeilMicro(c.LeaseEnd).UnixMicro(), t.mark))
+	if err != nil {
+		return 0, err
+	}
+	id, _ := res.LastInsertId()
+	n, _ := res.RowsAffected()
+	switch {
+	case id == takeTaken, id == takeInserted && n == 1:
+		return id, nil
+	case id == takeLeft, id == takeInserted && n == 0:
+		return takeLeft, nil
+	}
+	return 0, fmt.Errorf("unexpected outcome of the write (insert id %d, %d rows affected)", id, n)
+}
+
+// dirtySQL reads what a claim held in another session's transaction
+// shows before it commits: its fingerprint, state and expiry, never its
+// result. A completion still uncommitted is not a record to replay (the
+// transaction may yet roll back), and InnoDB does not promise a consistent
+// BLOB to a read that does not wait for the writer.
+const dirtySQL = "SELECT fingerprint, state, expires_at FROM {{t}} WHERE scope = :scope AND `key` = :key"
+
+// dirty reads the record of scope (as stored) and key as it stands,
+// uncommitted changes included, on a connection of its own: READ
+// UNCOMMITTED for the next statement alone (dirtyLevelSQL), then
+// dirtySQL. It returns the record as in progress, with the claim's
+// lease, when the holder's claim or completion shows: a row in progress,
+// or a completion that has not expired (the committed read found none).
+// A connection whose read failed is discarded, so that the level, set
+// for its next transaction, never reaches another user of the pool.
+func (s *Store) dirty(ctx context.Context, scope, key string, now, lease time.Time) (*store.Record, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var fp []byte
+	var state, expires int64
+	_, err = conn.ExecContext(ctx, dirtyLevelSQL)
+	if err == nil {
+		err = conn.QueryRowContext(ctx, s.q.dirty.render(scope, key)).Scan(&fp, &state, &expires)
+	}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // marks it for discarding
+		return nil, err
+	case state != int64(store.InProgress) && expires <= now.UnixMicro():
+		return nil, nil // an expired record, not taken over yet
+	}
+	lease = sqlbase.CeilMicro(lease)
+	return &store.Record{Fingerprint: string(fp), State: store.InProgress, CreatedAt: now, LeaseEnd: lease, ExpiresAt: lease}, nil
+}
+
+// Get implements store.Getter as Store.Get does, and also returns a
+// record held by a claim not yet committed (ClaimTx), as in progress.
+func (s *ExactlyOnceStore) Get(ctx context.Context, r store.Ref, now time.Time) (store.Record, bool, error) {
+	scope := scopeKey(r.Scope)
+	var held bool
+	var row sqlbase.MicroRow
+	err := s.db.QueryRowContext(ctx, s.q.claimRead.render(s.table, scope, r.Key)).Scan(&held, &row.Fingerprint, &row.State,
+		&row.Status, &row.Header, &row.Body, &row.BodyOmitted, &row.CreatedAt, &row.LeaseEnd, &row.ExpiresAt)
+	if err != nil {
+		return store.Record{}, false, fmt.Errorf("mysqlstore: get: %w", err)
+	}
+	var rec store.Record
+	found := row.State.Valid
+	if found {
+		if rec, err = row.Record(); err != nil {
+			return store.Record{}, false, fmt.Errorf("mysqlstore: get, key %q: %w", r.Key, err)
+		}
+	}
+	if held && (!found || !rec.ExpiresAt.After(now)) {
+		d, err := s.dirty(ctx, scope, r.Key, now, now)
+		if err != nil {
+			return store.Record{}, false, fmt.Errorf("mysqlstore: get: %w", err)
+		}
+		if d != nil {
+			// In progress, its lease the transaction's to end: shown
+			// as ending a second from now.
+			d.LeaseEnd = sqlbase.CeilMicro(now.Add(time.Second))
+			d.ExpiresAt = d.LeaseEnd
+			return *d, true, nil
+		}
+	}
+	if !found || !rec.ExpiresAt.After(sqlbase.FloorMicro(now)) {
+		return store.Record{}, false, nil
+	}
+	return rec, true, nil
+}
+
+// completeAfterEnd stores a failed outcome on its own after the handler
+// ended the transaction (Commit's contract): it completes the claim, and
+// when the claim went with the transaction (a rollback), claims the key
+// again with the same token and completes that.
+func (t *txn) completeAfterEnd(ctx context.Context, c store.Completion) error {
+	err := t.s.Complete(ctx, t.hold, c)
+	if t.claim == nil || !errors.Is(err, store.ErrLeaseLost) {
+		return err
+	}
+	again := *t.claim
+	again.LeaseEnd = c.Now.Add(t.claim.LeaseEnd.Sub(t.claim.Now))
+	again.Now = c.Now
+	res, err := t.s.Claim(ctx, again)
+	switch {
+	case err != nil:
+		return err
+	case !res.Acquired:
+		return store.ErrLeaseLost
+	}
+	return t.s.Complete(ctx, t.hold, c)
+}
