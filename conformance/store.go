@@ -38,7 +38,7 @@ var scopeOther = idem.Scope("tenant-2", "POST", "/orders/{id}")
 // RunStore checks that a Store keeps the contract written on [store.Store]
 // and on the optional capabilities it implements (Getter, Deleter,
 // ExpiredDeleter, Extender, BatchExtender, Evicter, Clock, Notifier,
-// TxBeginner; a capability's subtests are skipped when the store lacks it). It is the one definition of that
+// TxBeginner, TxClaimer; a capability's subtests are skipped when the store lacks it). It is the one definition of that
 // contract: every store here runs it, and so should any other.
 //
 // newStore returns a fresh, empty store that no other subtest sees (a new
@@ -164,6 +164,12 @@ var capabilityTests = []capabilityGroup{
 		{"CommitAfterTakeover", testTxCommitAfterTakeover},
 		{"RollbackThenRelease", testTxRollback},
 		{"ClaimHolderBlocksTakeover", testTxHoldsClaim},
+	}},
+	{"TxClaimer", implements[store.TxClaimer], []storeTest{
+		{"ClaimHeldUntilCommit", testClaimTxHeld},
+		{"RollbackFreesTheKey", testClaimTxRollback},
+		{"CommitAfterClaimContextEnds", testClaimTxCtx},
+		{"ExistingRecords", testClaimTxExisting},
 	}},
 }
 
@@ -1667,6 +1673,173 @@ func testTxHoldsClaim(h *harness) {
 	h.checkRecord("record after Commit", rec, completed(c, okResult("held"), h.at(2*time.Hour)))
 }
 
+// TxClaimer
+
+// claimTx claims c with ClaimTx, which must acquire it and return a
+// transaction that holds the claim.
+func (h *harness) claimTx(ctx context.Context, c store.Claim, why string) store.Tx {
+	h.t.Helper()
+	res, tx, err := h.s.(store.TxClaimer).ClaimTx(ctx, c)
+	switch {
+	case err != nil:
+		h.t.Fatalf("ClaimTx(%q) (%s): %v", c.Key, why, err)
+	case !res.Acquired || tx == nil:
+		h.t.Fatalf("ClaimTx(%q) (%s): Acquired %t, Tx %v, existing %s; want the claim and its transaction", c.Key, why, res.Acquired, tx, h.formatRecord(res.Existing))
+	case !holdsClaim(tx):
+		h.t.Fatalf("ClaimTx(%q): the transaction does not hold its claim (store.ClaimHolder), which a claim made in it must", c.Key)
+	}
+	return tx
+}
+
+// claimTxBlocked claims c with ClaimTx, which must not acquire it, and
+// returns the record it answers with.
+func (h *harness) claimTxBlocked(c store.Claim, why string) *store.Record {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
+	defer cancel()
+	res, tx, err := h.s.(store.TxClaimer).ClaimTx(ctx, c)
+	switch {
+	case err != nil:
+		h.t.Fatalf("ClaimTx(%q) (%s): %v, want the existing record at once", c.Key, why, err)
+	case res.Acquired || tx != nil:
+		if tx != nil {
+			tx.Rollback(h.t.Context()) //nolint:errcheck // failing anyway
+		}
+		h.t.Fatalf("ClaimTx(%q) acquired the key (%s)", c.Key, why)
+	case res.Existing == nil:
+		h.t.Fatalf("ClaimTx(%q) returned neither a claim nor a record", c.Key)
+	}
+	return res.Existing
+}
+
+// testClaimTxHeld: a claim made in a transaction is seen in progress, with
+// its fingerprint, by every other claim (ClaimTx and Claim, the same
+// request and another, past the lease end too) and by Get, at once; the
+// handler's view of the transaction keeps the parent's values; Commit
+// stores the result, and the claim's token is the record's.
+func testClaimTxHeld(h *harness) {
+	c := h.newClaim(scopeA, "tx", "fp-1", "token-1", h.at(0))
+	tx := h.claimTx(h.t.Context(), c, "a free key")
+	defer tx.Rollback(h.t.Context())
+	parent := context.WithValue(h.t.Context(), txCtxKey{}, "kept")
+	if ctx := tx.Context(parent); ctx == nil || ctx.Value(txCtxKey{}) != "kept" {
+		h.t.Fatal("Tx.Context must derive from the parent it is given, keeping its values")
+	}
+	for _, other := range []store.Claim{
+		h.newClaim(scopeA, "tx", "fp-1", "token-2", h.at(time.Second)),
+		h.newClaim(scopeA, "tx", "fp-2", "token-3", h.at(time.Second)),
+		h.newClaim(scopeA, "tx", "fp-2", "token-4", h.at(time.Hour)), // past the lease end
+	} {
+		what := fmt.Sprintf("fingerprint %s at %s", other.Fingerprint, h.when(other.Now))
+		if rec := h.claimTxBlocked(other, "a claim made in a live transaction holds the key"); rec.State != store.InProgress || rec.Fingerprint != "fp-1" {
+			h.t.Fatalf("ClaimTx (%s) of a key a live transaction claimed returned %s, want it in progress with fingerprint fp-1", what, h.formatRecord(rec))
+		}
+		ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
+		res, err := h.s.Claim(ctx, other)
+		cancel()
+		switch {
+		case err != nil:
+			h.t.Fatalf("Claim (%s) of a key a live transaction claimed: %v, want the in-progress record at once", what, err)
+		case res.Acquired:
+			h.t.Fatalf("Claim (%s) took a key a live transaction claimed", what)
+		case res.Existing.State != store.InProgress || res.Existing.Fingerprint != "fp-1":
+			h.t.Fatalf("Claim (%s) returned %s, want it in progress with fingerprint fp-1", what, h.formatRecord(res.Existing))
+		}
+	}
+	if g, ok := h.s.(store.Getter); ok {
+		rec, found, err := g.Get(h.t.Context(), c.Ref(), h.at(time.Second))
+		if err != nil || !found || rec.State != store.InProgress || rec.Fingerprint != "fp-1" {
+			h.t.Fatalf("Get of a key a live transaction claimed: found %t, %s, %v; want it in progress with fingerprint fp-1", found, h.formatRecord(&rec), err)
+		}
+	}
+	res := okResult("committed")
+	want := snapshot(res)
+	if err := tx.Commit(h.t.Context(), store.Completion{Result: res, Now: h.at(2 * time.Second), ExpiresAt: h.at(time.Hour)}); err != nil {
+		h.t.Fatalf("Commit of a claim made in the transaction: %v", err)
+	}
+	copy(res.Body, "CHANGED!")
+	rec := h.claimTxBlocked(h.newClaim(scopeA, "tx", "fp-1", "token-5", h.at(3*time.Second)), "a committed record")
+	h.checkRecord("record after Commit", rec, completed(c, want, h.at(time.Hour)))
+	if err := h.s.Release(h.t.Context(), hold(scopeA, "tx", "token-1")); !errors.Is(err, store.ErrLeaseLost) {
+		h.t.Fatalf("Release of the committed claim's token: %v, want ErrLeaseLost (the record is completed)", err)
+	}
+}
+
+// testClaimTxRollback: Rollback ends the claim with the transaction: the
+// key is free at once, before the lease end, for ClaimTx and Claim alike;
+// the engine's Release of the old token afterwards changes nothing.
+func testClaimTxRollback(h *harness) {
+	tx := h.claimTx(h.t.Context(), h.newClaim(scopeA, "tx", "fp-1", "token-1", h.at(0)), "a free key")
+	if err := tx.Rollback(h.t.Context()); err != nil {
+		h.t.Fatalf("Rollback: %v", err)
+	}
+	if err := tx.Rollback(h.t.Context()); err != nil {
+		h.t.Fatalf("a second Rollback must be a no-op, got %v", err)
+	}
+	tx2 := h.claimTx(h.t.Context(), h.newClaim(scopeA, "tx", "fp-2", "token-2", h.at(time.Second)), "the key is free after Rollback, within the first claim's lease")
+	if err := h.s.Release(h.t.Context(), hold(scopeA, "tx", "token-1")); err != nil && !errors.Is(err, store.ErrLeaseLost) {
+		h.t.Fatalf("Release of a rolled-back claim's token: %v, want nil or ErrLeaseLost", err)
+	}
+	if rec := h.claimTxBlocked(h.newClaim(scopeA, "tx", "fp-2", "token-3", h.at(2*time.Second)), "the second claim holds the key"); rec.State != store.InProgress || rec.Fingerprint != "fp-2" {
+		h.t.Fatalf("the old token's Release changed the second claim: %s", h.formatRecord(rec))
+	}
+	if err := tx2.Rollback(h.t.Context()); err != nil {
+		h.t.Fatalf("Rollback: %v", err)
+	}
+	h.acquire(h.newClaim(scopeA, "tx", "fp-1", "token-4", h.at(3*time.Second)), "Claim after the claims made in transactions rolled back")
+}
+
+// testClaimTxCtx ends the context ClaimTx was given before Commit: the
+// engine bounds the claim with a store timeout that it ends at once, so
+// the transaction must outlive it.
+func testClaimTxCtx(h *harness) {
+	ctx, cancel := context.WithCancel(h.t.Context())
+	c := h.newClaim(scopeA, "tx", "fp-1", "token-1", h.at(0))
+	tx := h.claimTx(ctx, c, "a free key")
+	cancel()
+	time.Sleep(50 * time.Millisecond)
+	if err := tx.Commit(h.t.Context(), store.Completion{Result: okResult("late"), Now: h.at(time.Second), ExpiresAt: h.at(time.Hour)}); err != nil {
+		h.t.Fatalf("Commit after the ClaimTx context ended: %v", err)
+	}
+	rec := h.claimTxBlocked(h.newClaim(scopeA, "tx", "fp-1", "token-2", h.at(2*time.Second)), "a committed record")
+	h.checkRecord("record after Commit", rec, completed(c, okResult("late"), h.at(time.Hour)))
+}
+
+// testClaimTxExisting: ClaimTx answers with a record that holds the key
+// as Claim does (in progress, completed, with another fingerprint) and
+// opens no transaction; it takes over an expired record and an
+// abandoned claim, and a rolled-back takeover leaves the key free.
+func testClaimTxExisting(h *harness) {
+	c := h.newClaim(scopeA, "done", "fp-1", "token-1", h.at(0))
+	h.acquire(c, "a plain claim")
+	if rec := h.claimTxBlocked(h.newClaim(scopeA, "done", "fp-2", "token-2", h.at(time.Second)), "a committed claim in progress"); rec.State != store.InProgress || rec.Fingerprint != "fp-1" {
+		h.t.Fatalf("ClaimTx of a key in progress returned %s", h.formatRecord(rec))
+	}
+	h.mustComplete(scopeA, "done", "token-1", okResult("first"), h.at(2*time.Second), h.at(time.Hour))
+	for _, fp := range []string{"fp-1", "fp-2"} {
+		rec := h.claimTxBlocked(h.newClaim(scopeA, "done", fp, "token-3", h.at(3*time.Second)), "a completed record")
+		h.checkRecord("ClaimTx of a completed key ("+fp+")", rec, completed(c, okResult("first"), h.at(time.Hour)))
+	}
+	// Expired: taken over; the takeover rolled back leaves it takeable.
+	tx := h.claimTx(h.t.Context(), h.newClaim(scopeA, "done", "fp-2", "token-4", h.at(2*time.Hour)), "an expired record")
+	if err := tx.Rollback(h.t.Context()); err != nil {
+		h.t.Fatalf("Rollback: %v", err)
+	}
+	c2 := h.newClaim(scopeA, "done", "fp-3", "token-5", h.at(2*time.Hour+time.Second))
+	tx = h.claimTx(h.t.Context(), c2, "an expired record, after a rolled-back takeover")
+	if err := tx.Commit(h.t.Context(), store.Completion{Result: okResult("second"), Now: h.at(2*time.Hour + 2*time.Second), ExpiresAt: h.at(3 * time.Hour)}); err != nil {
+		h.t.Fatalf("Commit of a takeover: %v", err)
+	}
+	rec := h.claimTxBlocked(h.newClaim(scopeA, "done", "fp-3", "token-6", h.at(2*time.Hour+3*time.Second)), "the takeover's record")
+	h.checkRecord("record after a committed takeover", rec, completed(c2, okResult("second"), h.at(3*time.Hour)))
+	// An abandoned claim (its lease ended, nothing holds it): taken over.
+	h.acquire(h.newClaim(scopeA, "abandoned", "fp-1", "token-1", h.at(0)), "a plain claim")
+	tx = h.claimTx(h.t.Context(), h.newClaim(scopeA, "abandoned", "fp-1", "token-2", h.at(time.Hour)), "a claim whose lease ended")
+	if err := tx.Rollback(h.t.Context()); err != nil {
+		h.t.Fatalf("Rollback: %v", err)
+	}
+}
+
 // RunTxEnded checks Tx.Commit after the handler's transaction ended
 // before the engine could commit it: end ends the transaction that ctx
 // carries (ctx is what Tx.Context returned), as a handler that commits or
@@ -1675,9 +1848,22 @@ func testTxHoldsClaim(h *harness) {
 // happened, which is what remains), and refuses any other with an error,
 // storing nothing: the record stays the claim's, in progress, for the
 // engine to release. newStore is as for [RunStore]; it must return a
-// [store.TxBeginner].
+// [store.TxBeginner]. When it is a [store.TxClaimer] too, the checks run
+// again (subtest ClaimTx) on a transaction ClaimTx started with its claim.
 func RunTxEnded(t *testing.T, newStore func(t *testing.T) store.Store, end func(t *testing.T, ctx context.Context)) {
 	t.Helper()
+	runTxEnded(t, newStore, end, false)
+	if implements[store.TxClaimer](newStore(t)) {
+		t.Run("ClaimTx", func(t *testing.T) { runTxEnded(t, newStore, end, true) })
+	}
+}
+
+// runTxEnded is RunTxEnded for a transaction BeginTx started, or, with
+// claimTx, one ClaimTx started with its claim. The claim went with a
+// transaction that rolled back: after a refused Commit, Release may then
+// find nothing (ErrLeaseLost), and a Failed completion is stored on its
+// own all the same.
+func runTxEnded(t *testing.T, newStore func(t *testing.T) store.Store, end func(t *testing.T, ctx context.Context), claimTx bool) {
 	for _, failed := range []bool{true, false} {
 		name := "NotFailedRefused"
 		if failed {
@@ -1689,8 +1875,13 @@ func RunTxEnded(t *testing.T, newStore func(t *testing.T) store.Store, end func(
 				t.Fatalf("%T does not implement store.TxBeginner", h.s)
 			}
 			c := h.newClaim(scopeA, "tx-ended", "fp-1", "token-1", h.at(0))
-			h.acquire(c, "claiming before the transaction")
-			tx := h.begin(t.Context(), scopeA, "tx-ended", "token-1")
+			var tx store.Tx
+			if claimTx {
+				tx = h.claimTx(t.Context(), c, "a free key")
+			} else {
+				h.acquire(c, "claiming before the transaction")
+				tx = h.begin(t.Context(), scopeA, "tx-ended", "token-1")
+			}
 			defer tx.Rollback(t.Context())
 			end(t, tx.Context(t.Context()))
 			res := okResult("after the end")
@@ -1708,6 +1899,15 @@ func RunTxEnded(t *testing.T, newStore func(t *testing.T) store.Store, end func(
 			}
 			if errors.Is(err, store.ErrLeaseLost) {
 				t.Fatalf("Commit of a non-Failed completion after the transaction ended: %v; the claim still holds the record, so not ErrLeaseLost", err)
+			}
+			if claimTx {
+				// A rollback took the claim, or the handler's commit kept
+				// it: the engine releases it in either case.
+				if err := h.s.Release(t.Context(), hold(scopeA, "tx-ended", "token-1")); err != nil && !errors.Is(err, store.ErrLeaseLost) {
+					t.Fatalf("Release after a refused Commit: %v, want the claim released (or found gone)", err)
+				}
+				h.acquire(h.newClaim(scopeA, "tx-ended", "fp-1", "token-3", h.at(3*time.Second)), "the claim was released")
+				return
 			}
 			rec := h.blocked(h.newClaim(scopeA, "tx-ended", "fp-1", "token-2", h.at(2*time.Second)), "the claim still holds the key")
 			h.checkRecord("record after a refused Commit", rec, inProgress(c))

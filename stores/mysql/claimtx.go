@@ -359,10 +359,9 @@ func (t *txn) completeAfterEnd(ctx context.Context, c store.Completion) error {
 	if t.claim == nil || !errors.Is(err, store.ErrLeaseLost) {
 		return err
 	}
-	again := *t.claim
-	again.LeaseEnd = c.Now.Add(t.claim.LeaseEnd.Sub(t.claim.Now))
-	again.Now = c.Now
-	res, err := t.s.Claim(ctx, again)
+	// The claim as it was made: the record keeps its creation time; the
+	// completion does not check the lease.
+	res, err := t.s.Claim(ctx, *t.claim)
 	switch {
 	case err != nil:
 		return err
@@ -370,4 +369,28 @@ func (t *txn) completeAfterEnd(ctx context.Context, c store.Completion) error {
 		return store.ErrLeaseLost
 	}
 	return t.s.Complete(ctx, t.hold, c)
+}
+
+// Release implements store.Store as Store.Release does, but reads the
+// record first, without a lock: when the committed record is not the
+// claim's in progress (a claim made in a transaction that rolled back
+// leaves nothing to release) it returns store.ErrLeaseLost at once. A
+// DELETE would wait for the row lock of whichever transaction claimed the
+// key since, for as long as its handler runs.
+func (s *ExactlyOnceStore) Release(ctx context.Context, h store.Hold) error {
+	if err := checkLen("key", h.Key, maxKey); err != nil {
+		return err
+	}
+	var token, mark []byte
+	var state int64
+	err := s.db.QueryRowContext(ctx, s.q.holder.render(scopeKey(h.Scope), h.Key)).Scan(&token, &state, &mark)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return store.ErrLeaseLost
+	case err != nil:
+		return fmt.Errorf("mysqlstore: release: %w", err)
+	case string(token) != h.Token || state != int64(store.InProgress):
+		return store.ErrLeaseLost
+	}
+	return s.Store.Release(ctx, h)
 }
