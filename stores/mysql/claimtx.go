@@ -211,7 +211,7 @@ func (s *ExactlyOnceStore) claimTx(ctx context.Context, c store.Claim, scope str
 	}
 	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
-	t := &txn{s: s.Store, cancel: cancel, stmtDone: done, stmt: st, scope: scope,
+	t := &txn{s: s.Store, eo: s, cancel: cancel, stmtDone: done, stmt: st, scope: scope,
 		hold:  store.Hold{Ref: store.Ref{Scope: c.Scope, Key: c.Key}, Token: c.Token},
 		claim: &c}
 	outcome, err := t.take(txCtx, s.txOptions, now)
@@ -355,13 +355,24 @@ func (s *ExactlyOnceStore) Get(ctx context.Context, r store.Ref, now time.Time) 
 // when the claim went with the transaction (a rollback), claims the key
 // again with the same token and completes that.
 func (t *txn) completeAfterEnd(ctx context.Context, c store.Completion) error {
-	err := t.s.Complete(ctx, t.hold, c)
-	if t.claim == nil || !errors.Is(err, store.ErrLeaseLost) {
-		return err
+	if t.claim == nil {
+		return t.s.Complete(ctx, t.hold, c)
+	}
+	// Whether the claim outlived the transaction (the handler committed
+	// it) is read first, without a lock: should a rollback have taken it
+	// and another request claimed the key since, in its transaction, an
+	// UPDATE would wait for that one's handler.
+	owned, err := t.s.owns(ctx, t.hold)
+	switch {
+	case err != nil:
+		return fmt.Errorf("mysqlstore: commit: %w", err)
+	case owned:
+		return t.s.Complete(ctx, t.hold, c)
 	}
 	// The claim as it was made: the record keeps its creation time; the
-	// completion does not check the lease.
-	res, err := t.s.Claim(ctx, *t.claim)
+	// completion does not check the lease. The exactly-once Claim sees a
+	// claim made since in another transaction, and does not wait for it.
+	res, _, err := t.eo.claim(ctx, *t.claim, false)
 	switch {
 	case err != nil:
 		return err
@@ -381,16 +392,27 @@ func (s *ExactlyOnceStore) Release(ctx context.Context, h store.Hold) error {
 	if err := checkLen("key", h.Key, maxKey); err != nil {
 		return err
 	}
+	owned, err := s.owns(ctx, h)
+	switch {
+	case err != nil:
+		return fmt.Errorf("mysqlstore: release: %w", err)
+	case !owned:
+		return store.ErrLeaseLost
+	}
+	return s.Store.Release(ctx, h)
+}
+
+// owns reports, with a read that takes no lock and waits for none,
+// whether h's claim holds the record as committed, in progress.
+func (s *Store) owns(ctx context.Context, h store.Hold) (bool, error) {
 	var token, mark []byte
 	var state int64
 	err := s.db.QueryRowContext(ctx, s.q.holder.render(scopeKey(h.Scope), h.Key)).Scan(&token, &state, &mark)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return store.ErrLeaseLost
+		return false, nil
 	case err != nil:
-		return fmt.Errorf("mysqlstore: release: %w", err)
-	case string(token) != h.Token || state != int64(store.InProgress):
-		return store.ErrLeaseLost
+		return false, err
 	}
-	return s.Store.Release(ctx, h)
+	return string(token) == h.Token && state == int64(store.InProgress), nil
 }

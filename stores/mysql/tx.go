@@ -156,6 +156,7 @@ type txn struct {
 	scope    string       // as stored (scopeKey)
 	hold     store.Hold   // as the engine gave it
 	claim    *store.Claim // the claim made in the transaction (ClaimTx), or nil (BeginTx)
+	eo       *ExactlyOnceStore
 	done     bool
 }
 
@@ -350,10 +351,20 @@ func (t *txn) abandon() {
 	var err error
 	if t.tx != nil {
 		err = t.tx.Rollback()
+		if errors.Is(err, sql.ErrTxDone) {
+			// database/sql is rolling it back on its own, its context
+			// having ended: a statement sent before that ROLLBACK lands
+			// (finish's SET autocommit = 1) would commit it instead.
+			// The connection is discarded, which ends it for sure.
+			err = errAbandoned
+		}
 	}
 	t.finish(err)
 	t.cancel()
 }
+
+// errAbandoned marks a transaction whose end abandon cannot vouch for.
+var errAbandoned = errors.New("mysqlstore: transaction abandoned while its context ended")
 
 // restoreTimeout bounds giving a connection back (finish).
 const restoreTimeout = 5 * time.Second

@@ -62,5 +62,49 @@ func (s *Store) readWatched(ctx context.Context, keys []sqlbase.WatchKey) (map[s
 		r.Token = string(token)
 		out[sqlbase.WatchKey{Scope: string(scope), Key: string(key)}] = r
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, s.readHeld(ctx, keys, out)
+}
+
+// heldToken is the token readWatched reports for a claim an exactly-once
+// transaction holds but has not committed (ClaimTx): the poller sees it
+// in progress, and sees its commit or its end as a change.
+const heldToken = "\x00held"
+
+// readHeld completes a poll's rows: a key whose committed row is missing
+// or not in progress may be held by a claim not yet committed (ClaimTx),
+// which the user-level lock tells; such a key is reported in progress.
+// It costs one statement, and only when the poll found such a key.
+func (s *Store) readHeld(ctx context.Context, keys []sqlbase.WatchKey, rows map[sqlbase.WatchKey]sqlbase.WatchRow) error {
+	var ask []sqlbase.WatchKey
+	for _, k := range keys {
+		if r, ok := rows[k]; !ok || r.State != int64(1) {
+			ask = append(ask, k)
+		}
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	q := make([]byte, 0, 7+len(ask)*200)
+	q = append(q, "SELECT "...)
+	held := make([]any, len(ask))
+	dst := make([]bool, len(ask))
+	for i, k := range ask {
+		if i > 0 {
+			q = append(q, ", "...)
+		}
+		q = append(q, s.q.isHeld.render(s.table, k.Scope, k.Key)...)
+		held[i] = &dst[i]
+	}
+	if err := s.db.QueryRowContext(ctx, string(q)).Scan(held...); err != nil {
+		return err
+	}
+	for i, k := range ask {
+		if dst[i] {
+			rows[k] = sqlbase.WatchRow{Token: heldToken, State: 1}
+		}
+	}
+	return nil
 }

@@ -1,0 +1,445 @@
+package mysqlstore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idem/core"
+	"github.com/idemkit/idem/core/store"
+)
+
+// claimTxApp is an exactly-once service whose handler inserts an order
+// in the request's transaction, reports the transaction's connection id
+// on started, and answers once proceed is closed.
+type claimTxApp struct {
+	f       txFixture
+	srv     *httptest.Server
+	other   *httptest.Server // a second instance: another engine on the same table
+	runs    atomic.Int32
+	started chan int64
+	proceed chan struct{}
+	once    sync.Once
+}
+
+func newClaimTxApp(t *testing.T, opts ...idem.Option) *claimTxApp {
+	t.Helper()
+	a := &claimTxApp{f: newTxFixture(t, newDB(t, 16)), started: make(chan int64, 4), proceed: make(chan struct{})}
+	a.srv = a.instance(t, opts)
+	a.other = a.instance(t, opts)
+	t.Cleanup(a.release) // before the servers close, which waits for handlers
+	return a
+}
+
+// release lets every handler answer.
+func (a *claimTxApp) release() { a.once.Do(func() { close(a.proceed) }) }
+
+func (a *claimTxApp) instance(t *testing.T, opts []idem.Option) *httptest.Server {
+	e, err := idem.New(a.f.s, append([]idem.Option{idem.WithLogger(quietLog)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.runs.Add(1)
+		var id int64
+		if err := Tx(r.Context()).QueryRowContext(r.Context(), "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if err := a.f.insert(r.Context(), int(orderIDs.Add(1)), r.Header.Get("Idempotency-Key")); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		a.started <- id
+		<-a.proceed
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "order for "+r.Header.Get("Idempotency-Key"))
+	})))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func (a *claimTxApp) post(key, body string) reply { return postTo(a.srv, key, body) }
+
+func postTo(srv *httptest.Server, key, body string) reply {
+	req, _ := http.NewRequest("POST", srv.URL+"/orders", strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return reply{code: resp.StatusCode, body: b, header: resp.Header, err: err}
+}
+
+func (a *claimTxApp) orders(t *testing.T, key string) int {
+	t.Helper()
+	var n int
+	if err := a.f.s.db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(a.f.orders)+" WHERE ref = ?", key).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestClaimTxDuplicatesSeeTheUncommittedClaim: while the first request
+// runs, its claim is not committed (it commits with the order), yet a
+// duplicate learns of it at once: the same request gets 409, another
+// payload 422, the admin view shows it in progress; after the commit
+// the retry replays, and the order committed once.
+func TestClaimTxDuplicatesSeeTheUncommittedClaim(t *testing.T) {
+	a := newClaimTxApp(t)
+	first := make(chan reply, 1)
+	go func() { first <- a.post("k1", "pay 10") }()
+	<-a.started
+	var committed int
+	if err := a.f.s.db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(a.f.s.table)).Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
+	if committed != 0 {
+		t.Errorf("%d records committed while the first request runs, want none (the claim commits with the order)", committed)
+	}
+	// The second instance has no flight of its own to answer from: it
+	// asks the store.
+	if r := postTo(a.other, "k1", "pay 10"); r.code != http.StatusConflict {
+		t.Errorf("duplicate on another instance while the first runs: %v, want 409", r)
+	}
+	if r := postTo(a.other, "k1", "pay 99"); r.code != http.StatusUnprocessableEntity {
+		t.Errorf("other payload on another instance while the first runs: %v, want 422", r)
+	}
+	if r := a.post("k1", "pay 99"); r.code != http.StatusUnprocessableEntity {
+		t.Errorf("other payload on the same instance while the first runs: %v, want 422", r)
+	}
+	a.release()
+	if r := <-first; r.code != http.StatusCreated || r.replayed() {
+		t.Errorf("first request: %v, want a fresh 201", r)
+	}
+	if r := a.post("k1", "pay 10"); r.code != http.StatusCreated || !r.replayed() || string(r.body) != "order for k1" {
+		t.Errorf("retry after the commit: %v, want the replay", r)
+	}
+	if n := a.runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
+	}
+	if n := a.orders(t, "k1"); n != 1 {
+		t.Errorf("%d orders committed, want one", n)
+	}
+}
+
+// TestClaimTxLostConnectionFreesTheKey: the server ends the first
+// request's session while its handler runs (KILL, as for a lost
+// connection). The claim goes with its transaction, and the order with
+// it: a retry claims the key at once and commits the order; the first
+// request's commit fails (5xx). One order commits, and the record is
+// the retry's. The retry goes to another instance: this one would answer
+// it from its own flight, which still runs.
+func TestClaimTxLostConnectionFreesTheKey(t *testing.T) {
+	a := newClaimTxApp(t, idem.WithLease(time.Hour))
+	first := make(chan reply, 1)
+	go func() { first <- a.post("k2", "pay 10") }()
+	conn := <-a.started
+	if _, err := a.f.s.db.ExecContext(t.Context(), "KILL ?", conn); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan reply, 1)
+	go func() { second <- postTo(a.other, "k2", "pay 10") }()
+	select {
+	case <-a.started:
+	case r := <-second:
+		t.Fatalf("retry on another instance after the first request's session ended: %v, want it to run (within the first claim's lease of an hour)", r)
+	}
+	a.release()
+	if r := <-first; r.code < 500 {
+		t.Errorf("first request, whose session was killed: %v, want 5xx (its order is gone)", r)
+	}
+	if r := <-second; r.code != http.StatusCreated || r.replayed() {
+		t.Errorf("retry: %v, want a fresh 201", r)
+	}
+	if r := a.post("k2", "pay 10"); r.code != http.StatusCreated || !r.replayed() {
+		t.Errorf("a later retry: %v, want the replay", r)
+	}
+	if n := a.orders(t, "k2"); n != 1 {
+		t.Errorf("%d orders committed, want one", n)
+	}
+}
+
+// TestClaimTxLeavesSessionsClean: after claims of every kind (acquired,
+// in progress, conflicting, rolled back), every pooled connection is
+// back in autocommit, with no user-level lock held and its isolation
+// level its own.
+func TestClaimTxLeavesSessionsClean(t *testing.T) {
+	db := newDB(t, 4)
+	s := newStore(t, db).ExactlyOnce()
+	ctx := t.Context()
+	c := claimAt("k", "fp", "t1", t0, time.Minute)
+	_, tx, err := s.ClaimTx(ctx, c)
+	if err != nil || tx == nil {
+		t.Fatal(tx, err)
+	}
+	for i := range 8 { // conflicts: each reads the claim with READ UNCOMMITTED
+		if res, tx2, err := s.ClaimTx(ctx, claimAt("k", "other", "t2", t0.Add(time.Duration(i)*time.Second), time.Minute)); err != nil || res.Acquired || tx2 != nil {
+			t.Fatal(res, err)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, tx, err = s.ClaimTx(ctx, claimAt("k", "fp", "t3", t0.Add(time.Minute), time.Minute))
+	if err != nil || tx == nil {
+		t.Fatal(tx, err)
+	}
+	if err := tx.Commit(ctx, completeAt(result("\x01ok", "ok"), t0, t0.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	// Every connection of the pool, held at once so each is seen.
+	conns := make([]interface{ Close() error }, 0, 4)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 4 {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+		var auto int
+		var held bool
+		if err := conn.QueryRowContext(ctx, "SELECT @@autocommit").Scan(&auto); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRowContext(ctx, s.q.held.render(s.table, scopeKey(c.Scope), c.Key)).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if auto != 1 || held {
+			t.Errorf("a pooled connection has autocommit %d, the record's lock held %v; want 1, none", auto, held)
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = conns[:0]
+	// A READ UNCOMMITTED level left pending for a connection's next
+	// transaction shows in no variable: it would let this read see
+	// another session's uncommitted insert.
+	other, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.ExecContext(ctx, "START TRANSACTION"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.ExecContext(ctx, "INSERT INTO "+quoteIdent(s.table)+" (scope, `key`, fingerprint, token, state, created_at, lease_end, expires_at) VALUES ('s', 'dirty', 'fp', 't', 1, 0, 1, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	defer other.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+	for range 3 {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+quoteIdent(s.table)+" WHERE `key` = 'dirty'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatal("a pooled connection read another session's uncommitted row: a READ UNCOMMITTED level was left pending on it")
+		}
+	}
+}
+
+// TestClaimTxCanceledLeavesNothing ends ClaimTx's context at every point
+// of its statements: a ClaimTx that fails must leave no claim behind.
+// database/sql rolls a transaction back on its own when its context ends;
+// the store's own end of the session must not race that rollback with a
+// statement that would commit it (SET autocommit = 1).
+func TestClaimTxCanceledLeavesNothing(t *testing.T) {
+	s := newStore(t, nil)
+	eo := s.ExactlyOnce()
+	now := time.Now().UTC()
+	orphans, failed := 0, 0
+	for i := range 1500 {
+		key := "k" + strconv.Itoa(i)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%40)*50*time.Microsecond+300*time.Microsecond)
+		res, tx, err := eo.ClaimTx(ctx, claimAt(key, "fp", "T", now, time.Minute))
+		cancel()
+		switch {
+		case err == nil && res.Acquired:
+			tx.Rollback(context.Background())
+			continue
+		case err == nil:
+			t.Fatalf("ClaimTx of a fresh key: %+v", res)
+		}
+		failed++
+		time.Sleep(2 * time.Millisecond) // database/sql's rollback, if it lost the race
+		var n int
+		if err := s.db.QueryRow("SELECT COUNT(*) FROM "+quoteIdent(s.table)+" WHERE `key` = ?", key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		orphans += n
+	}
+	t.Logf("%d of 1500 claims failed with their context", failed)
+	if orphans > 0 {
+		t.Errorf("%d claims committed although ClaimTx failed", orphans)
+	}
+}
+
+// TestClaimTxFailedAfterRollbackDoesNotWait: the handler rolled its
+// transaction back (the claim with it) and answers 4xx, which Commit
+// stores on its own, claiming the key again; another request claims it
+// in its transaction as soon as the first session lets go of the lock.
+// Commit must not wait for that one's handler (a 1 s context here,
+// against a 1.2 s handler), nor leave a claim of its own behind once the
+// other rolls back.
+func TestClaimTxFailedAfterRollbackDoesNotWait(t *testing.T) {
+	s := newStore(t, nil)
+	eo := s.ExactlyOnce()
+	ctx := t.Context()
+	raced := 0
+	for i := range 8 {
+		key := "k" + strconv.Itoa(i)
+		now := time.Now().UTC()
+		res, txA, err := eo.ClaimTx(ctx, claimAt(key, "fp", "A", now, time.Minute))
+		if err != nil || !res.Acquired {
+			t.Fatal(res, err)
+		}
+		if err := Tx(txA.Context(ctx)).Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		bClaimed := make(chan bool, 1)
+		go func() { // B, claiming until it gets the key or sees A's record
+			for {
+				select {
+				case <-stop:
+					bClaimed <- false
+					return
+				default:
+				}
+				r, tx, err := eo.ClaimTx(ctx, claimAt(key, "fp", "B", now, time.Minute))
+				if err == nil && r.Acquired {
+					time.Sleep(1200 * time.Millisecond) // B's handler
+					tx.Rollback(context.Background())
+					bClaimed <- true
+					return
+				}
+				if err == nil && r.Existing.State == store.Completed {
+					bClaimed <- false
+					return
+				}
+			}
+		}()
+		time.Sleep(5 * time.Millisecond)
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		err = txA.Commit(cctx, failedAt(result("\x01bad", "bad"), now, now.Add(time.Hour)))
+		cancel()
+		close(stop)
+		if !<-bClaimed {
+			if err != nil {
+				t.Errorf("%s: A's Commit of a failed outcome: %v, want it stored", key, err)
+			}
+			continue
+		}
+		raced++
+		if !errors.Is(err, store.ErrLeaseLost) {
+			t.Errorf("%s: A's Commit of a failed outcome, B holding the key: %v, want ErrLeaseLost at once", key, err)
+		}
+		var n int
+		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+quoteIdent(s.table)+" WHERE `key` = ?", key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("%s: a record left after B rolled back, want none", key)
+		}
+	}
+	t.Logf("B claimed the key first in %d of 8 rounds", raced)
+}
+
+// TestClaimTxWaiterDoesNotSpin: a waiter on another instance, in wait
+// mode, watches a key whose claim is not committed. The poller must see
+// it in progress (the lock), not as gone: otherwise it wakes the waiter
+// on every poll, and each wake is a claim. The count is compared with the
+// same wait on claims made apart from the transaction (ClaimTx hidden).
+func TestClaimTxWaiterDoesNotSpin(t *testing.T) {
+	claims := map[string]int64{}
+	for _, mode := range []string{"ClaimTx", "BeginTx"} {
+		s1 := newStore(t, nil)
+		s2, err := New(newDB(t, 8), WithTable(s1.Table()), WithSweepInterval(0), WithLogger(quietLog))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s2.Close() })
+		release := make(chan struct{})
+		var runs atomic.Int32
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			<-release
+			io.WriteString(w, "done")
+		})
+		var n atomic.Int64
+		var st1, st2 idem.Store = s1.ExactlyOnce(), &countingClaims{s2.ExactlyOnce(), &n}
+		if mode == "BeginTx" {
+			st1, st2 = beginTxOnly{s1.ExactlyOnce(), nil}, beginTxOnly{s2.ExactlyOnce(), &n}
+		}
+		var wg sync.WaitGroup
+		var srvs []*httptest.Server
+		for _, s := range []idem.Store{st1, st2} {
+			e, err := idem.New(s, idem.WithWait(10*time.Second), idem.WithLogger(quietLog))
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(e.Middleware()(handler))
+			t.Cleanup(srv.Close)
+			srvs = append(srvs, srv)
+		}
+		wg.Go(func() { postTo(srvs[0], "w", "") })
+		for runs.Load() == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		wg.Go(func() { postTo(srvs[1], "w", "") })
+		time.Sleep(3 * time.Second)
+		close(release)
+		wg.Wait()
+		if runs.Load() != 1 {
+			t.Errorf("%s: the handler ran %d times, want once", mode, runs.Load())
+		}
+		claims[mode] = n.Load()
+	}
+	t.Logf("claims by the waiter through a 3 s handler: %d claiming in the transaction, %d apart from it", claims["ClaimTx"], claims["BeginTx"])
+	if claims["ClaimTx"] > claims["BeginTx"]*3/2+3 {
+		t.Errorf("the waiter claimed %d times, against %d when claims are committed apart: the poller wakes it for a claim not yet committed", claims["ClaimTx"], claims["BeginTx"])
+	}
+}
+
+// countingClaims counts an exactly-once store's claims.
+type countingClaims struct {
+	*ExactlyOnceStore
+	n *atomic.Int64
+}
+
+func (c *countingClaims) ClaimTx(ctx context.Context, cl store.Claim) (store.ClaimResult, store.Tx, error) {
+	c.n.Add(1)
+	return c.ExactlyOnceStore.ClaimTx(ctx, cl)
+}
+
+// beginTxOnly is an exactly-once store without ClaimTx: the engine claims
+// and then begins, as before store.TxClaimer.
+type beginTxOnly struct {
+	*ExactlyOnceStore
+	n *atomic.Int64
+}
+
+func (b beginTxOnly) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
+	if b.n != nil {
+		b.n.Add(1)
+	}
+	return b.ExactlyOnceStore.Claim(ctx, c)
+}
+
+// ClaimTx hides the promoted method: beginTxOnly is no store.TxClaimer.
+func (beginTxOnly) ClaimTx() {}
