@@ -70,10 +70,14 @@
 // ExactlyOnce views), every claimed request runs like this:
 //
 //  1. Claim commits on its own, as always, so duplicates see the claim.
-//  2. BeginTx starts a transaction; the handler runs with the context
-//     Tx.Context derives from the request's, which carries the
-//     transaction (the store says how to reach it: pgxstore.Tx,
-//     mysqlstore.Tx).
+//     A store that also implements [store.TxClaimer] (mysqlstore's) claims
+//     inside the transaction instead, with ClaimTx, and shows duplicates
+//     the uncommitted claim itself: the claim commits with the record, one
+//     durable commit instead of two, and a rollback takes it along.
+//  2. BeginTx starts a transaction (after ClaimTx, which started one, it
+//     is not called); the handler runs with the context Tx.Context
+//     derives from the request's, which carries the transaction (the
+//     store says how to reach it: pgxstore.Tx, mysqlstore.Tx).
 //  3. When the response is to be stored, Tx.Commit writes the completed
 //     record in the transaction and commits it before the response is
 //     sent: the handler's writes and the record commit together or not at

@@ -17,8 +17,9 @@
 // Optional capabilities are interfaces a store may also implement:
 // [Getter], [Deleter], [ExpiredDeleter], [Extender], [BatchExtender],
 // [Evicter], [Clock], [FailoverBound], [Notifier] and, for exactly-once
-// execution, [TxBeginner] with [Tx] and [ClaimHolder]. The engine finds
-// them with a type assertion.
+// execution, [TxBeginner] with [Tx] and [ClaimHolder], and [TxClaimer] to
+// claim inside the transaction. The engine finds them with a type
+// assertion.
 //
 // The conformance module's RunStore checks the rules stated here against
 // a real server; every store must pass it. A few it does not check yet:

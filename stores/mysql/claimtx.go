@@ -23,8 +23,6 @@ import (
 // of it from the user-level lock the transaction holds (holdName), and
 // read its fingerprint with a read that sees uncommitted rows (dirtySQL).
 
-var _ store.TxClaimer = (*ExactlyOnceStore)(nil)
-
 // claimReadSQL is ClaimTx's first statement: the record as committed, as
 // selectSQL reads it (no lock taken, none waited for), and whether a
 // session holds the record's user-level lock, which an exactly-once

@@ -134,51 +134,78 @@
 //
 // # Exactly-once mode
 //
-// Store.ExactlyOnce returns a view that implements store.TxBeginner: the
-// engine begins a transaction before the handler, the handler writes
-// through Tx(r.Context()) (with Gin, Tx(c.Request.Context()); with Echo,
-// Tx(c.Request().Context())), and the completed record is written in the
-// same transaction, by the same token-checked UPDATE as Complete, and
-// committed before the response is sent. When the commit happens (a
-// streaming response commits when it starts) is the engine's rule: see
+// Store.ExactlyOnce returns a view that implements store.TxClaimer (and
+// store.TxBeginner): the engine claims the key inside a transaction, the
+// handler writes through Tx(r.Context()) (with Gin, Tx(c.Request.Context());
+// with Echo, Tx(c.Request().Context())), and the completed record is
+// written in the same transaction, by the same token-checked UPDATE as
+// Complete, and committed before the response is sent. The claim, the
+// handler's writes and the record commit together, in one durable commit:
+// InnoDB flushes its redo log once per first request (plain mode flushes
+// twice, for the claim and for the completion). When the commit happens
+// (a streaming response commits when it starts) is the engine's rule: see
 // "Exactly-once" in package idem.
 //
-// The transaction holds its claim (store.ClaimHolder). BeginTx takes one
-// pooled connection for the request, turns autocommit off and takes a
+// ClaimTx first reads the record, and whether a session holds its
+// user-level lock, in one statement: a replay, or a 409 or 422 for a
+// committed claim, is that statement alone. For a free key (or one whose
+// record expired, or whose claim was abandoned) it takes one pooled
+// connection for the request and, on it, turns autocommit off and takes a
 // user-level lock named after the record (GET_LOCK, which never waits),
-// starts the transaction, and writes a random mark into the record's row
-// (checking the claim's token: a lost claim fails BeginTx with
-// store.ErrLeaseLost). That write locks the row until the transaction
-// ends. So:
+// starts the transaction, and inserts the claim (or takes the record
+// over) with a random mark, if it got the lock. The claim's row stays
+// locked, and uncommitted, until the transaction ends. So:
 //
-//   - Nobody takes the key over while the transaction lives, past its
-//     lease end too: a claim that finds the lease ended asks IS_USED_LOCK,
-//     which never waits, and answers with the in-progress record at once.
-//     The engine sends no heartbeat for the request, and the request needs
-//     no connection but its own, however long the handler runs. The lease
-//     still frees the key of a request whose process died: its connection
-//     closes, the server rolls back and drops both locks.
-//   - Nothing waits for the row lock: replays, 409s, Get and the watch
-//     poller are consistent reads, the sweeper skips locked rows. A
-//     duplicate's claim can wait for it only if the first request claimed
-//     and began its transaction between the duplicate's read and its
-//     write, one round trip; it then waits, within the engine's store
-//     timeout, until the first commits, and replays. Delete (admin) waits
-//     for the transaction.
+//   - Nobody takes the key over while the transaction lives. Another
+//     claim, on any instance, that finds the lock held reads the record
+//     with READ UNCOMMITTED, on a connection of its own (two statements:
+//     the level, for that read alone, and the read): the claim's
+//     fingerprint, state and expiry, never a result, since an uncommitted
+//     completion may yet roll back. It answers with the record in
+//     progress at once: 409, or 422 for another payload. Should the
+//     holder's row not show yet (it is between its lock and its insert),
+//     the claim reads again, up to five times, then answers 409. Get and
+//     the watch poller see the claim in progress the same way.
+//   - The engine sends no heartbeat for the request, and the request
+//     needs no connection but its own, however long the handler runs.
+//   - A transaction that ends without its commit takes the claim with it,
+//     and the handler's writes: a rollback (the engine's, after a 5xx or a
+//     panic; InnoDB's; the handler's), a lost connection, a crash of the
+//     process or of the server. The key is free at once. A retry, on
+//     another instance, may then run while the first handler still runs:
+//     only what the handler writes in the transaction is exactly once,
+//     here as in every exactly-once mode.
+//   - Nothing waits for the row lock: replays, conflicts, Get, Release
+//     (it reads before it deletes), the watch poller and the sweeper
+//     (which skips locked rows). Delete (admin) waits for the transaction.
 //   - The completion requires the mark. If InnoDB rolled the transaction
 //     back on its own, which it does to a deadlock victim (error 1213), and
 //     to a lock wait timeout (1205) when innodb_rollback_on_timeout is ON,
-//     the mark went with the handler's writes, the completion matches
+//     the claim went with the handler's writes, the completion matches
 //     nothing, and Commit returns an error wrapping ErrRolledBack (not
-//     store.ErrLeaseLost): the engine answers 500 and releases the key, and
-//     the retry runs the handler again. With autocommit off, what the
-//     handler ran after the rollback (it ignored the error, or retried the
-//     statement) is in a new transaction, which Commit rolls back too.
-//     With innodb_rollback_on_timeout OFF (the default), a lock wait
-//     timeout rolls back the one statement: the transaction lives, and
-//     commits with the handler's other writes if it answers a success. A
-//     handler answers 5xx when a statement fails; either way no record
-//     says a success whose writes are gone.
+//     store.ErrLeaseLost): the engine answers 500, and the retry runs the
+//     handler again. With autocommit off, what the handler ran after the
+//     rollback (it ignored the error, or retried the statement) is in a
+//     new transaction, which Commit rolls back too. With
+//     innodb_rollback_on_timeout OFF (the default), a lock wait timeout
+//     rolls back the one statement: the transaction lives, and commits
+//     with the handler's other writes if it answers a success. A handler
+//     answers 5xx when a statement fails; either way no record says a
+//     success whose writes are gone.
+//   - A handler that ends the transaction itself splits it: a COMMIT
+//     commits what came before, the claim with it; a ROLLBACK takes the
+//     claim. Commit then stores a failed outcome (an HTTP 4xx, a final
+//     error) on its own, claiming the key again if it must (unless
+//     another request claimed it since), and refuses any other.
+//
+// BeginTx, the older way in, begins a transaction for a claim Claim has
+// committed, and marks its row (checking the claim's token: a lost claim
+// fails it with store.ErrLeaseLost): two durable commits per request. The
+// engine uses it for a store that is a store.TxBeginner alone. Engines of
+// earlier releases claim that way: during a rolling upgrade their claims
+// do not see a claim not yet committed, and wait for its row lock, within
+// their store timeout, until it commits (then they replay it) or ends.
+// Nothing runs twice; upgrade every instance to end the waits.
 //
 // Commit and Rollback turn autocommit back on and release the user-level
 // lock, in one statement, before the connection goes back to the pool; a
@@ -191,10 +218,13 @@
 // locks and so its keys, until the server drops the connection
 // (wait_timeout, or TCP keepalive); so it does for the handler's own rows.
 //
-// Costs: BeginTx is three statements (four with an isolation level),
-// Commit three (the completion, COMMIT, and restoring the session), and no
-// heartbeat. The user-level lock is local to a server: with Galera or
-// group replication writing on several primaries, point the store at one.
+// Costs: a first request is four statements to claim (the read, the
+// session and lock, START TRANSACTION, the claim; five with an isolation
+// level) and three to commit (the completion, COMMIT, and restoring the
+// session), with one durable commit and no heartbeat; a conflict is three
+// (the read, then the uncommitted read's two). The user-level lock is
+// local to a server: with Galera or group replication writing on several
+// primaries, point the store at one.
 //
 // Isolation: transactions run at READ COMMITTED unless WithTxOptions says
 // otherwise; REPEATABLE READ, SERIALIZABLE and the session's default work
@@ -203,7 +233,7 @@
 // COMMITTED cannot write when binlog_format is STATEMENT.
 //
 // Pool sizing: each request in flight holds one pooled connection from
-// BeginTx to its commit or rollback, and its business rows stay locked
+// its claim to its commit or rollback, and its business rows stay locked
 // until then; nothing else needs a connection while it runs. A pool
 // (db.SetMaxOpenConns) as large as the requests in flight is enough: a
 // duplicate's claim, a waiter's poll and the sweeper each borrow a

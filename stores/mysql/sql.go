@@ -126,10 +126,12 @@ const holdName = "CONCAT('idem.', SHA1(CONCAT_WS(X'00', IFNULL(DATABASE(), ''), 
 // so that a statement the handler runs after the server rolled its
 // transaction back opens a new transaction (which the failed commit rolls
 // back) instead of committing on its own; and the user-level lock that
-// tells other requests' claims the record is held (heldSQL). GET_LOCK
-// with a timeout of 0 never waits; should another session still hold the
-// name (the previous holder's end, racing), claims fall back to the row
-// lock. releaseSQL ends it, after COMMIT or ROLLBACK.
+// tells other requests' claims the record is held (heldSQL, claimReadSQL).
+// GET_LOCK with a timeout of 0 never waits. Should another session still
+// hold the name, BeginTx goes on with the row lock alone (the claim is
+// committed, and the holder is ending, racing), while ClaimTx claims
+// nothing (takeTxSQL) and answers with what the holder shows. unholdSQL
+// ends it, after COMMIT or ROLLBACK.
 const holdSQL = "SET autocommit = 0, @idem_hold = GET_LOCK(" + holdName + ", 0)"
 
 // unholdSQL restores the session for the pool.

@@ -15,10 +15,11 @@ import (
 )
 
 // ExactlyOnceStore is a Store whose engine runs each claimed request in a
-// database transaction (store.TxBeginner): the handler's writes, made
-// through Tx(r.Context()), and the completed record commit together or not
-// at all. Get one with Store.ExactlyOnce; it has every method of Store.
-// Transactions run at READ COMMITTED unless WithTxOptions says otherwise.
+// database transaction (store.TxBeginner, store.TxClaimer): the claim,
+// the handler's writes, made through Tx(r.Context()), and the completed
+// record commit together or not at all, in one durable commit. Get one
+// with Store.ExactlyOnce; it has every method of Store. Transactions run
+// at READ COMMITTED unless WithTxOptions says otherwise.
 // Each request in flight holds one pooled connection, and its rows and
 // its record's row stay locked, until the commit; the transaction holds
 // the claim (store.ClaimHolder), so no heartbeat needs a connection of its
@@ -32,6 +33,7 @@ type ExactlyOnceStore struct {
 var (
 	_ store.Store          = (*ExactlyOnceStore)(nil)
 	_ store.TxBeginner     = (*ExactlyOnceStore)(nil)
+	_ store.TxClaimer      = (*ExactlyOnceStore)(nil)
 	_ store.Getter         = (*ExactlyOnceStore)(nil)
 	_ store.Deleter        = (*ExactlyOnceStore)(nil)
 	_ store.ExpiredDeleter = (*ExactlyOnceStore)(nil)
@@ -86,8 +88,10 @@ func Tx(ctx context.Context) *sql.Tx {
 	return nil
 }
 
-// BeginTx implements store.TxBeginner. It takes a connection from the
-// pool for the request and, on it:
+// BeginTx implements store.TxBeginner, for a claim Claim committed: the
+// engine calls ClaimTx instead, which claims in the transaction and
+// saves the claim's own commit. It takes a connection from the pool for
+// the request and, on it:
 //
 //	SET autocommit = 0, @idem_hold = GET_LOCK(<name of the record>, 0)
 //	[SET TRANSACTION ISOLATION LEVEL ...]    -- unless WithTxOptions gave none
