@@ -1,6 +1,7 @@
 package mysqlstore
 
 import (
+	"context"
 	"database/sql"
 	"slices"
 	"strconv"
@@ -226,4 +227,71 @@ func BenchmarkSteps(b *testing.B) {
 	b.ReportMetric(float64(median(tRead))/ins, "read/insert")
 	b.ReportMetric(float64(median(tTake))/ins, "upsert/insert")
 	b.ReportMetric(float64(median(tComplete))/ins, "complete/insert")
+}
+
+// BenchmarkExactlyOnceFirst runs exactly-once first requests through the
+// engine (Engine.Do, one at a time, unique keys, an order inserted in the
+// transaction), claimed inside the transaction (ClaimTx: one durable
+// commit) and, alternately in the same loop, claimed first and then begun
+// (BeginTx, the engine's path for a store without ClaimTx: two), beside a
+// bare INSERT. It reports the medians' ratios:
+//
+//	go test -run '^$' -bench ExactlyOnceFirst -count 8 | benchstat -
+func BenchmarkExactlyOnceFirst(b *testing.B) {
+	db := newDB(b, 4)
+	s := newStore(b, db, WithSweepInterval(0))
+	orders := randomTable()
+	b.Cleanup(func() { dropTable(b, orders) })
+	if _, err := db.ExecContext(b.Context(), "CREATE TABLE "+quoteIdent(orders)+" (id BIGINT PRIMARY KEY, ref VARCHAR(64) NOT NULL) ENGINE = InnoDB"); err != nil {
+		b.Fatal(err)
+	}
+	insert := "INSERT INTO " + quoteIdent(orders) + " (id, ref) VALUES (?, ?)"
+	engines := map[string]*idem.Engine{}
+	for name, st := range map[string]idem.Store{"claimtx": s.ExactlyOnce(), "begintx": beginTxOnly{s.ExactlyOnce(), nil}} {
+		e, err := idem.New(st, idem.WithLogger(quietLog))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { e.Close(context.Background()) })
+		engines[name] = e
+	}
+	ctx := b.Context()
+	var id int64
+	first := func(e *idem.Engine, key string) {
+		_, replayed, err := e.Do(ctx, idem.Op{Kind: "bench", Name: "order", Key: key, Fingerprint: benchFP}, func(ctx context.Context) ([]byte, error) {
+			id++
+			_, err := Tx(ctx).ExecContext(ctx, insert, id, key)
+			return []byte(`{"id":"ord_123","status":"paid"}`), err
+		})
+		if err != nil || replayed {
+			b.Fatal(replayed, err)
+		}
+	}
+	var tInsert, tClaimTx, tBeginTx []time.Duration
+	timed := func(into *[]time.Duration, f func()) {
+		start := time.Now()
+		f()
+		*into = append(*into, time.Since(start))
+	}
+	now := time.Now()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		key := "k" + strconv.Itoa(i)
+		timed(&tInsert, func() {
+			if _, err := db.ExecContext(ctx, bareInsert(s, "bare-"+key, now)); err != nil {
+				b.Fatal(err)
+			}
+		})
+		if i%2 == 0 {
+			timed(&tClaimTx, func() { first(engines["claimtx"], "c"+key) })
+			timed(&tBeginTx, func() { first(engines["begintx"], "b"+key) })
+		} else {
+			timed(&tBeginTx, func() { first(engines["begintx"], "b"+key) })
+			timed(&tClaimTx, func() { first(engines["claimtx"], "c"+key) })
+		}
+	}
+	ins := float64(median(tInsert))
+	b.ReportMetric(float64(median(tClaimTx))/ins, "claimtx/insert")
+	b.ReportMetric(float64(median(tBeginTx))/ins, "begintx/insert")
+	b.ReportMetric(float64(median(tClaimTx))/float64(median(tBeginTx)), "claimtx/begintx")
 }
