@@ -23,13 +23,15 @@ import (
 // of it from the user-level lock the transaction holds (holdName), and
 // read its fingerprint with a read that sees uncommitted rows (dirtySQL).
 
-// claimReadSQL is ClaimTx's first statement: the record as committed, as
-// selectSQL reads it (no lock taken, none waited for), and whether a
-// session holds the record's user-level lock, which an exactly-once
-// transaction does for as long as it lives: the one way to tell a claim
-// still uncommitted in another session from a free key in one round
-// trip. The derived table gives the row to join: the result has one row
-// whether or not the record exists.
+// claimReadSQL is the first statement of the exactly-once Claim and Get:
+// the record as committed, as selectSQL reads it (no lock taken, none
+// waited for), and whether a session holds the record's user-level lock,
+// which an exactly-once transaction does for as long as it lives: the one
+// way to tell a claim still uncommitted in another session from a free
+// key without writing. The derived table gives the row to join: the
+// result has one row whether or not the record exists. It costs about
+// half again as much as selectSQL, so ClaimTx, which learns the lock from
+// its write, reads with selectSQL, and a replay stays that one statement.
 var claimReadSQL = "SELECT IS_USED_LOCK(" + holdName + ") IS NOT NULL, r." +
 	strings.ReplaceAll(recordCols, ", ", ", r.") +
 	" FROM (SELECT 1 AS one) AS o LEFT JOIN {{t}} AS r ON r.scope = :scope AND r.`key` = :key"
@@ -64,9 +66,9 @@ const dirtyLevelSQL = "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"
 
 // ClaimTx implements store.TxClaimer: it claims c's key inside a new
 // transaction, which it returns with the claim when it acquires it.
-// It reads the record first (claimReadSQL): a replay, a mismatch or a
-// record in progress is that one statement. Otherwise, on a pooled
-// connection of its own:
+// It reads the record first, with Claim's primary-key SELECT: a replay,
+// a mismatch or a committed claim in progress is that one statement.
+// Otherwise, on a pooled connection of its own:
 //
 //	SET autocommit = 0, @idem_hold = GET_LOCK(<name of the record>, 0)
 //	[SET TRANSACTION ISOLATION LEVEL ...]    -- unless WithTxOptions gave none
@@ -76,12 +78,13 @@ const dirtyLevelSQL = "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"
 // The transaction then holds the claim as BeginTx's does (its row lock
 // and the user-level lock); the handler's writes, made through Tx, and
 // the completed record commit with the claim, in one durable commit.
-// Until then the claim is not committed: other claims see the lock held
-// and read the record with READ UNCOMMITTED, so they answer with its
-// fingerprint (409 or 422) at once. A claim that finds the lock held but
-// no record yet (the holder is between the lock and its INSERT, or ending)
-// reads again, up to maxClaimAttempts times, and then answers with an
-// in-progress record of its own fingerprint (409).
+// Until then the claim is not committed, and the SELECT does not see it:
+// another ClaimTx finds the lock held, claims nothing, rolls back, and
+// reads the record with READ UNCOMMITTED (dirty), so it answers with the
+// claim's fingerprint (409 or 422) at once. One that finds the lock held
+// but no record yet (the holder is between the lock and its INSERT, or
+// ending) tries again, up to maxClaimAttempts times, and then answers
+// with an in-progress record of its own fingerprint (409).
 //
 // When the transaction ends without a commit (Rollback, the server's
 // rollback, a lost connection, a crash) the claim goes with it and the
@@ -117,12 +120,23 @@ func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) 
 	}
 	scope := scopeKey(c.Scope)
 	now := sqlbase.FloorMicro(c.Now)
-	read := s.q.claimRead.render(s.table, scope, c.Key)
+	// ClaimTx reads as Claim does, one primary-key SELECT: its write, to
+	// the lock first, tells a key held by a claim not yet committed. Claim
+	// writes without the lock, and asks for it in its read.
+	read := s.q.selectRecord.render(scope, c.Key)
+	if !inTx {
+		read = s.q.claimRead.render(s.table, scope, c.Key)
+	}
 	for range maxClaimAttempts {
 		var held bool
 		var r sqlbase.MicroRow
-		err := s.db.QueryRowContext(ctx, read).Scan(&held, &r.Fingerprint, &r.State, &r.Status, &r.Header, &r.Body,
-			&r.BodyOmitted, &r.CreatedAt, &r.LeaseEnd, &r.ExpiresAt)
+		var err error
+		if inTx {
+			_, err = r.Scan(s.db.QueryRowContext(ctx, read))
+		} else {
+			err = s.db.QueryRowContext(ctx, read).Scan(&held, &r.Fingerprint, &r.State, &r.Status, &r.Header, &r.Body,
+				&r.BodyOmitted, &r.CreatedAt, &r.LeaseEnd, &r.ExpiresAt)
+		}
 		if err != nil {
 			return store.ClaimResult{}, nil, fmt.Errorf("mysqlstore: claim: %w", err)
 		}
@@ -135,7 +149,21 @@ func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) 
 				return store.ClaimResult{Existing: &rec}, nil, nil
 			}
 		}
-		if held {
+		var t *txn
+		var outcome int64 = takeHeld
+		if !held {
+			if inTx {
+				t, outcome, err = s.claimTx(ctx, c, scope, now)
+			} else {
+				outcome, err = s.take(ctx, c, scope, now)
+			}
+		}
+		switch {
+		case err != nil:
+			return store.ClaimResult{}, nil, fmt.Errorf("mysqlstore: claim: %w", err)
+		case outcome == takeInserted, outcome == takeTaken:
+			return store.ClaimResult{Acquired: true}, t, nil
+		case outcome == takeHeld:
 			// A transaction holds the record: its claim, uncommitted,
 			// or its end, racing.
 			rec, err := s.dirty(ctx, scope, c.Key, now, c.LeaseEnd)
@@ -146,20 +174,6 @@ func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) 
 				return store.ClaimResult{Existing: rec}, nil, nil
 			}
 			claimRetries.Add(1)
-			continue
-		}
-		var t *txn
-		var outcome int64
-		if inTx {
-			t, outcome, err = s.claimTx(ctx, c, scope, now)
-		} else {
-			outcome, err = s.take(ctx, c, scope, now)
-		}
-		switch {
-		case err != nil:
-			return store.ClaimResult{}, nil, fmt.Errorf("mysqlstore: claim: %w", err)
-		case outcome == takeInserted, outcome == takeTaken:
-			return store.ClaimResult{Acquired: true}, t, nil
 		case outcome == takeLeft:
 			claimRetries.Add(1) // lost a race: the next read returns the record
 		default:
@@ -192,13 +206,17 @@ func (s *ExactlyOnceStore) take(ctx context.Context, c store.Claim, scope string
 	return 0, fmt.Errorf("unexpected outcome of the write (insert id %d, %d rows affected)", id, n)
 }
 
-// takeDeadlock is claimTx's outcome when InnoDB chose the claim as a
-// deadlock victim: the attempt starts over.
-const takeDeadlock = -1
+// Outcomes of a claim's write besides takeSQL's insert ids: InnoDB
+// chose it as a deadlock victim (the attempt starts over), or another
+// session holds the record's user-level lock (ClaimTx claims nothing).
+const (
+	takeDeadlock = -1
+	takeHeld     = -2
+)
 
 // claimTx is one attempt of ClaimTx's write: it returns the transaction
-// holding the claim, or nil and why not (takeLeft: a live record, or the
-// lock held; takeDeadlock), or an error. Whatever it began and did not
+// holding the claim, or nil and why not (takeLeft: a live record;
+// takeHeld; takeDeadlock), or an error. Whatever it began and did not
 // return is ended.
 func (s *ExactlyOnceStore) claimTx(ctx context.Context, c store.Claim, scope string, now time.Time) (*txn, int64, error) {
 	// Prepare the completion before taking a connection: preparing takes
@@ -233,8 +251,7 @@ func (s *ExactlyOnceStore) claimTx(ctx context.Context, c store.Claim, scope str
 }
 
 // take takes the connection, starts the transaction and claims in it (see
-// ClaimTx). It returns takeSQL's outcome; takeLeft stands for a lock held
-// elsewhere too.
+// ClaimTx). It returns takeSQL's outcome, or takeHeld.
 func (t *txn) take(ctx context.Context, opts sql.TxOptions, now time.Time) (int64, error) {
 	conn, err := t.s.db.Conn(ctx)
 	if err != nil {
@@ -265,8 +282,10 @@ func (t *txn) take(ctx context.Context, opts sql.TxOptions, now time.Time) (int6
 	switch {
 	case id == takeTaken, id == takeInserted && n == 1:
 		return id, nil
-	case id == takeLeft, id == takeInserted && n == 0:
+	case id == takeLeft:
 		return takeLeft, nil
+	case id == takeInserted && n == 0:
+		return takeHeld, nil
 	}
 	return 0, fmt.Errorf("unexpected outcome of the write (insert id %d, %d rows affected)", id, n)
 }

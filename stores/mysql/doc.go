@@ -146,26 +146,29 @@
 // (a streaming response commits when it starts) is the engine's rule: see
 // "Exactly-once" in package idem.
 //
-// ClaimTx first reads the record, and whether a session holds its
-// user-level lock, in one statement: a replay, or a 409 or 422 for a
-// committed claim, is that statement alone. For a free key (or one whose
-// record expired, or whose claim was abandoned) it takes one pooled
-// connection for the request and, on it, turns autocommit off and takes a
-// user-level lock named after the record (GET_LOCK, which never waits),
-// starts the transaction, and inserts the claim (or takes the record
-// over) with a random mark, if it got the lock. The claim's row stays
-// locked, and uncommitted, until the transaction ends. So:
+// ClaimTx first reads the record, with the primary-key SELECT of a plain
+// claim: a replay, or a 409 or 422 for a committed claim, is that
+// statement alone. For a free key (or one whose record expired, or whose
+// claim was abandoned) it takes one pooled connection for the request
+// and, on it, turns autocommit off and takes a user-level lock named
+// after the record (GET_LOCK, which never waits), starts the transaction,
+// and inserts the claim (or takes the record over) with a random mark, if
+// it got the lock. The claim's row stays locked, and uncommitted, until
+// the transaction ends. So:
 //
 //   - Nobody takes the key over while the transaction lives. Another
-//     claim, on any instance, that finds the lock held reads the record
-//     with READ UNCOMMITTED, on a connection of its own (two statements:
-//     the level, for that read alone, and the read): the claim's
-//     fingerprint, state and expiry, never a result, since an uncommitted
-//     completion may yet roll back. It answers with the record in
-//     progress at once: 409, or 422 for another payload. Should the
-//     holder's row not show yet (it is between its lock and its insert),
-//     the claim reads again, up to five times, then answers 409. Get and
-//     the watch poller see the claim in progress the same way.
+//     claim, on any instance, finds the lock held, claims nothing and
+//     rolls back; it then reads the record with READ UNCOMMITTED, on a
+//     connection of its own (two statements: the level, for that read
+//     alone, and the read): the claim's fingerprint, state and expiry,
+//     never a result, since an uncommitted completion may yet roll back.
+//     It answers with the record in progress at once: 409, or 422 for
+//     another payload. Should the holder's row not show yet (it is between
+//     its lock and its insert), the claim tries again, up to five times,
+//     then answers 409. Get and the watch poller see the claim in progress
+//     from the lock (IS_USED_LOCK) and the same read. A duplicate on the
+//     instance that runs the request never gets this far: it waits on, or
+//     answers from, that instance's own flight.
 //   - The engine sends no heartbeat for the request, and the request
 //     needs no connection but its own, however long the handler runs.
 //   - A transaction that ends without its commit takes the claim with it,
@@ -221,8 +224,11 @@
 // Costs: a first request is four statements to claim (the read, the
 // session and lock, START TRANSACTION, the claim; five with an isolation
 // level) and three to commit (the completion, COMMIT, and restoring the
-// session), with one durable commit and no heartbeat; a conflict is three
-// (the read, then the uncommitted read's two). The user-level lock is
+// session), with one durable commit and no heartbeat. A replay, and a
+// conflict with a committed claim, is one statement; a conflict with a
+// claim not yet committed is eight (the read, the four of a claim that
+// gets no lock, rolling back and restoring the session, then the
+// uncommitted read's two). The user-level lock is
 // local to a server: with Galera or group replication writing on several
 // primaries, point the store at one.
 //
