@@ -23,15 +23,15 @@ import (
 // of it from the user-level lock the transaction holds (holdName), and
 // read its fingerprint with a read that sees uncommitted rows (dirtySQL).
 
-// claimReadSQL is the first statement of the exactly-once Claim and Get:
-// the record as committed, as selectSQL reads it (no lock taken, none
-// waited for), and whether a session holds the record's user-level lock,
-// which an exactly-once transaction does for as long as it lives: the one
-// way to tell a claim still uncommitted in another session from a free
-// key without writing. The derived table gives the row to join: the
-// result has one row whether or not the record exists. It costs about
-// half again as much as selectSQL, so ClaimTx, which learns the lock from
-// its write, reads with selectSQL, and a replay stays that one statement.
+// claimReadSQL is the exactly-once Get's statement: the record as
+// committed, as selectSQL reads it (no lock taken, none waited for), and
+// whether a session holds the record's user-level lock, which an
+// exactly-once transaction does for as long as it lives: the one way to
+// tell a claim still uncommitted in another session from a free key
+// without writing. The derived table gives the row to join: the result
+// has one row whether or not the record exists. It costs about half
+// again as much as selectSQL, so claims, which learn of the lock from
+// their write, read with selectSQL, and a replay stays that one statement.
 var claimReadSQL = "SELECT IS_USED_LOCK(" + holdName + ") IS NOT NULL, r." +
 	strings.ReplaceAll(recordCols, ", ", ", r.") +
 	" FROM (SELECT 1 AS one) AS o LEFT JOIN {{t}} AS r ON r.scope = :scope AND r.`key` = :key"
@@ -101,7 +101,10 @@ func (s *ExactlyOnceStore) ClaimTx(ctx context.Context, c store.Claim) (store.Cl
 // Claim implements store.Store as Store.Claim does, committing the claim
 // on its own, and sees claims not yet committed (ClaimTx's) as ClaimTx
 // does: it answers with them in progress instead of waiting for their row
-// lock.
+// lock. It claims as ClaimTx does, under the record's user-level lock,
+// and commits the claim at once: a plain INSERT, without the lock, could
+// wait for the row lock of a claim made meanwhile in a transaction, for as
+// long as that one's handler runs, and land after it.
 func (s *ExactlyOnceStore) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, error) {
 	res, _, err := s.claim(ctx, c, false)
 	return res, err
@@ -120,24 +123,12 @@ func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) 
 	}
 	scope := scopeKey(c.Scope)
 	now := sqlbase.FloorMicro(c.Now)
-	// ClaimTx reads as Claim does, one primary-key SELECT: its write, to
-	// the lock first, tells a key held by a claim not yet committed. Claim
-	// writes without the lock, and asks for it in its read.
+	// One primary-key SELECT, as Claim's: the write, to the lock first,
+	// tells a key held by a claim not yet committed.
 	read := s.q.selectRecord.render(scope, c.Key)
-	if !inTx {
-		read = s.q.claimRead.render(s.table, scope, c.Key)
-	}
 	for range maxClaimAttempts {
-		var held bool
 		var r sqlbase.MicroRow
-		var err error
-		if inTx {
-			_, err = r.Scan(s.db.QueryRowContext(ctx, read))
-		} else {
-			err = s.db.QueryRowContext(ctx, read).Scan(&held, &r.Fingerprint, &r.State, &r.Status, &r.Header, &r.Body,
-				&r.BodyOmitted, &r.CreatedAt, &r.LeaseEnd, &r.ExpiresAt)
-		}
-		if err != nil {
+		if _, err := r.Scan(s.db.QueryRowContext(ctx, read)); err != nil {
 			return store.ClaimResult{}, nil, fmt.Errorf("mysqlstore: claim: %w", err)
 		}
 		if r.State.Valid { // the record exists
@@ -145,18 +136,15 @@ func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) 
 			if err != nil {
 				return store.ClaimResult{}, nil, fmt.Errorf("mysqlstore: claim, key %q: %w", c.Key, err)
 			}
-			if !rec.Takeable(now) || held && rec.State == store.InProgress {
+			if !rec.Takeable(now) {
 				return store.ClaimResult{Existing: &rec}, nil, nil
 			}
 		}
-		var t *txn
-		var outcome int64 = takeHeld
-		if !held {
-			if inTx {
-				t, outcome, err = s.claimTx(ctx, c, scope, now)
-			} else {
-				outcome, err = s.take(ctx, c, scope, now)
-			}
+		t, outcome, err := s.claimTx(ctx, c, scope, now)
+		if err == nil && t != nil && !inTx {
+			// Claim: the claim commits on its own, and the lock goes.
+			err = t.commitClaim(ctx)
+			t = nil
 		}
 		switch {
 		case err != nil:
@@ -185,25 +173,6 @@ func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) 
 	lease := sqlbase.CeilMicro(c.LeaseEnd)
 	return store.ClaimResult{Existing: &store.Record{Fingerprint: c.Fingerprint, State: store.InProgress,
 		CreatedAt: now, LeaseEnd: lease, ExpiresAt: lease}}, nil, nil
-}
-
-// take is Claim's write, takeSQL on its own: it returns takeSQL's outcome,
-// or takeDeadlock.
-func (s *ExactlyOnceStore) take(ctx context.Context, c store.Claim, scope string, now time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, s.q.take.render(scope, c.Key, c.Fingerprint, c.Token, now.UnixMicro(), sqlbase.CeilMicro(c.LeaseEnd).UnixMicro()))
-	switch {
-	case deadlock(err):
-		return takeDeadlock, nil
-	case err != nil:
-		return 0, err
-	}
-	id, _ := res.LastInsertId()
-	n, _ := res.RowsAffected()
-	switch {
-	case id == takeTaken, id == takeInserted && n == 1, id == takeLeft:
-		return id, nil
-	}
-	return 0, fmt.Errorf("unexpected outcome of the write (insert id %d, %d rows affected)", id, n)
 }
 
 // Outcomes of a claim's write besides takeSQL's insert ids: InnoDB
@@ -432,4 +401,12 @@ func (s *Store) owns(ctx context.Context, h store.Hold) (bool, error) {
 		return false, err
 	}
 	return string(token) == h.Token && state == int64(store.InProgress), nil
+}
+
+// commitClaim commits a transaction that holds nothing but its claim (the
+// exactly-once Claim), and gives the connection back.
+func (t *txn) commitClaim(ctx context.Context) error {
+	t.done = true
+	defer t.cancel()
+	return t.end(ctx, t.tx.Commit)
 }

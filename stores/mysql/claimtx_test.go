@@ -293,15 +293,15 @@ func TestClaimTxCanceledLeavesNothing(t *testing.T) {
 // transaction back (the claim with it) and answers 4xx, which Commit
 // stores on its own, claiming the key again; another request claims it
 // in its transaction as soon as the first session lets go of the lock.
-// Commit must not wait for that one's handler (a 1 s context here,
-// against a 1.2 s handler), nor leave a claim of its own behind once the
+// Commit must not wait for that one's handler (a 4 s context here,
+// against a 5 s handler; two such rounds are enough), nor leave a claim of its own behind once the
 // other rolls back.
 func TestClaimTxFailedAfterRollbackDoesNotWait(t *testing.T) {
 	s := newStore(t, nil)
 	eo := s.ExactlyOnce()
 	ctx := t.Context()
 	raced := 0
-	for i := range 8 {
+	for i := 0; i < 8 && raced < 2; i++ {
 		key := "k" + strconv.Itoa(i)
 		now := time.Now().UTC()
 		res, txA, err := eo.ClaimTx(ctx, claimAt(key, "fp", "A", now, time.Minute))
@@ -323,7 +323,7 @@ func TestClaimTxFailedAfterRollbackDoesNotWait(t *testing.T) {
 				}
 				r, tx, err := eo.ClaimTx(ctx, claimAt(key, "fp", "B", now, time.Minute))
 				if err == nil && r.Acquired {
-					time.Sleep(1200 * time.Millisecond) // B's handler
+					time.Sleep(5 * time.Second) // B's handler
 					tx.Rollback(context.Background())
 					bClaimed <- true
 					return
@@ -335,7 +335,7 @@ func TestClaimTxFailedAfterRollbackDoesNotWait(t *testing.T) {
 			}
 		}()
 		time.Sleep(5 * time.Millisecond)
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 		err = txA.Commit(cctx, failedAt(result("\x01bad", "bad"), now, now.Add(time.Hour)))
 		cancel()
 		close(stop)
@@ -357,7 +357,7 @@ func TestClaimTxFailedAfterRollbackDoesNotWait(t *testing.T) {
 			t.Errorf("%s: a record left after B rolled back, want none", key)
 		}
 	}
-	t.Logf("B claimed the key first in %d of 8 rounds", raced)
+	t.Logf("B claimed the key first in %d rounds", raced)
 }
 
 // TestClaimTxWaiterDoesNotSpin: a waiter on another instance, in wait

@@ -115,42 +115,60 @@ func TestRoundTripsPerStep(t *testing.T) {
 	}
 }
 
-// TestRoundTripsExactlyOnce: BeginTx is four statements at READ
-// COMMITTED (autocommit off with the user-level lock, SET TRANSACTION,
-// START TRANSACTION, the mark) and three at the server's default; Commit
-// is three (the completion, COMMIT, autocommit on with the lock
-// released). The first BeginTx also prepares the completion.
+// TestRoundTripsExactlyOnce: ClaimTx on a free key is five statements at
+// READ COMMITTED (the read, autocommit off with the user-level lock, SET
+// TRANSACTION, START TRANSACTION, the claim) and four at the server's
+// default, and the first on a store also prepares the completion; a
+// replay is the read alone. BeginTx, for a claim Claim committed, is four
+// at READ COMMITTED (the lock, SET TRANSACTION, START TRANSACTION, the
+// mark) and three at the server's default. Commit is three either way
+// (the completion, COMMIT, autocommit on with the lock released).
 func TestRoundTripsExactlyOnce(t *testing.T) {
 	var writes atomic.Int64
 	s := newStore(t, newDB(t, 1, countingDB(t, &writes)), WithSweepInterval(0))
 	ctx := t.Context()
+	count := func(name string, want int64, f func() error) {
+		t.Helper()
+		w0 := writes.Load()
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n := writes.Load() - w0; n != want {
+			t.Errorf("%s took %d round trips, want %d", name, n, want)
+		}
+	}
 	for i, tc := range []struct {
 		name  string
 		s     *ExactlyOnceStore
-		begin int64
+		claim int64 // ClaimTx
+		begin int64 // BeginTx
 	}{
-		{"read committed, first", s.ExactlyOnce(), 5},
-		{"read committed", s.ExactlyOnce(), 4},
-		{"server default", s.ExactlyOnce().WithTxOptions(sql.TxOptions{}), 3},
+		{"read committed, first", s.ExactlyOnce(), 6, 4},
+		{"read committed", s.ExactlyOnce(), 5, 4},
+		{"server default", s.ExactlyOnce().WithTxOptions(sql.TxOptions{}), 4, 3},
 	} {
-		c := claimAt(fmt.Sprint("k", i), "fp", "t", t0, time.Minute)
+		c := claimAt(fmt.Sprint("c", i), "fp", "t", t0, time.Minute)
+		var tx store.Tx
+		count(tc.name+": ClaimTx", tc.claim, func() (err error) {
+			_, tx, err = tc.s.ClaimTx(ctx, c)
+			return err
+		})
+		count(tc.name+": Commit after ClaimTx", 3, func() error { return tx.Commit(ctx, completeAt(okResult, t0, t0.Add(time.Hour))) })
+		count(tc.name+": ClaimTx of a completed key", 1, func() error {
+			res, tx, err := tc.s.ClaimTx(ctx, c)
+			if err == nil && (res.Acquired || tx != nil) {
+				err = fmt.Errorf("a replay acquired the key")
+			}
+			return err
+		})
+		c = claimAt(fmt.Sprint("b", i), "fp", "t", t0, time.Minute)
 		if _, err := tc.s.Claim(ctx, c); err != nil {
 			t.Fatal(err)
 		}
-		w0 := writes.Load()
-		tx, err := tc.s.BeginTx(ctx, c.Hold())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := writes.Load() - w0; n != tc.begin {
-			t.Errorf("%s: BeginTx took %d round trips, want %d", tc.name, n, tc.begin)
-		}
-		w0 = writes.Load()
-		if err := tx.Commit(ctx, completeAt(okResult, t0, t0.Add(time.Hour))); err != nil {
-			t.Fatal(err)
-		}
-		if n := writes.Load() - w0; n != 3 {
-			t.Errorf("%s: Commit took %d round trips, want 3", tc.name, n)
-		}
+		count(tc.name+": BeginTx", tc.begin, func() (err error) {
+			tx, err = tc.s.BeginTx(ctx, c.Hold())
+			return err
+		})
+		count(tc.name+": Commit after BeginTx", 3, func() error { return tx.Commit(ctx, completeAt(okResult, t0, t0.Add(time.Hour))) })
 	}
 }
