@@ -216,7 +216,7 @@ func BenchmarkSteps(b *testing.B) {
 		key := "k" + strconv.Itoa(i)
 		timed(&tInsert, bareInsert(s, "bare-"+key, now))
 		timed(&tRead, s.q.selectRecord.render(benchScope, key))
-		timed(&tTake, s.q.take.render(benchScope, key, benchFP, "tok", now.UnixMicro(), now.Add(time.Minute).UnixMicro()))
+		timed(&tTake, s.q.take.render(benchScope, key, benchFP, "tok", now.UnixMicro(), now.Add(time.Minute).UnixMicro(), nil))
 		start := time.Now()
 		if err := s.Complete(ctx, hold(benchScope, key, "tok"), completeAt(benchResp, now, now.Add(time.Hour))); err != nil {
 			b.Fatal(err)

@@ -44,19 +44,7 @@ var claimReadSQL = "SELECT IS_USED_LOCK(" + holdName + ") IS NOT NULL, r." +
 // claim answers with what that transaction is doing instead of waiting
 // for its row lock. The insert ids are takeSQL's.
 const takeTxSQL = "INSERT INTO {{t}} (scope, `key`, fingerprint, token, state, status, headers, body, body_omitted, created_at, lease_end, expires_at, tx_mark)\n" +
-	"SELECT :scope, :key, :fp, :token, 1, NULL, NULL, NULL, FALSE, :now, :lease, :lease, :mark FROM DUAL WHERE @idem_hold = 1\n" +
-	"ON DUPLICATE KEY UPDATE\n" +
-	"    fingerprint  = IF(LAST_INSERT_ID(IF(expires_at <= :now OR (state = 1 AND lease_end <= :now), 2, 1)) = 2, :fp, fingerprint),\n" +
-	"    token        = IF(LAST_INSERT_ID() = 2, :token, token),\n" +
-	"    state        = IF(LAST_INSERT_ID() = 2, 1, state),\n" +
-	"    status       = IF(LAST_INSERT_ID() = 2, NULL, status),\n" +
-	"    headers      = IF(LAST_INSERT_ID() = 2, NULL, headers),\n" +
-	"    body         = IF(LAST_INSERT_ID() = 2, NULL, body),\n" +
-	"    body_omitted = IF(LAST_INSERT_ID() = 2, FALSE, body_omitted),\n" +
-	"    created_at   = IF(LAST_INSERT_ID() = 2, :now, created_at),\n" +
-	"    lease_end    = IF(LAST_INSERT_ID() = 2, :lease, lease_end),\n" +
-	"    expires_at   = IF(LAST_INSERT_ID() = 2, :lease, expires_at),\n" +
-	"    tx_mark      = IF(LAST_INSERT_ID() = 2, :mark, tx_mark)"
+	"SELECT :scope, :key, :fp, :token, 1, NULL, NULL, NULL, FALSE, :now, :lease, :lease, :mark FROM DUAL WHERE @idem_hold = 1\n" + takeUpdate
 
 // dirtyLevelSQL sets the isolation level of the session's next
 // transaction alone: in autocommit mode, its next statement. dirtySQL

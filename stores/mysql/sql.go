@@ -58,8 +58,12 @@ const selectSQL = "SELECT " + recordCols + " FROM {{t}} WHERE scope = :scope AND
 // affected-rows count. The values are repeated rather than read with
 // VALUES(col), which MySQL 8.0.20 deprecates.
 const takeSQL = "INSERT INTO {{t}} (scope, `key`, fingerprint, token, state, status, headers, body, body_omitted, created_at, lease_end, expires_at)\n" +
-	"VALUES (:scope, :key, :fp, :token, 1, NULL, NULL, NULL, FALSE, :now, :lease, :lease)\n" +
-	"ON DUPLICATE KEY UPDATE\n" +
+	"VALUES (:scope, :key, :fp, :token, 1, NULL, NULL, NULL, FALSE, :now, :lease, :lease)\n" + takeUpdate
+
+// takeUpdate is the UPDATE clause of takeSQL and takeTxSQL: it takes an
+// expired or abandoned row over, with the transaction's mark (:mark, NULL
+// for takeSQL), or leaves a live row alone.
+const takeUpdate = "ON DUPLICATE KEY UPDATE\n" +
 	"    fingerprint  = IF(LAST_INSERT_ID(IF(expires_at <= :now OR (state = 1 AND lease_end <= :now), 2, 1)) = 2, :fp, fingerprint),\n" +
 	"    token        = IF(LAST_INSERT_ID() = 2, :token, token),\n" +
 	"    state        = IF(LAST_INSERT_ID() = 2, 1, state),\n" +
@@ -70,7 +74,7 @@ const takeSQL = "INSERT INTO {{t}} (scope, `key`, fingerprint, token, state, sta
 	"    created_at   = IF(LAST_INSERT_ID() = 2, :now, created_at),\n" +
 	"    lease_end    = IF(LAST_INSERT_ID() = 2, :lease, lease_end),\n" +
 	"    expires_at   = IF(LAST_INSERT_ID() = 2, :lease, expires_at),\n" +
-	"    tx_mark      = IF(LAST_INSERT_ID() = 2, NULL, tx_mark)"
+	"    tx_mark      = IF(LAST_INSERT_ID() = 2, :mark, tx_mark)"
 
 // The insert ids takeSQL reports.
 const (
@@ -230,7 +234,7 @@ func newQueries(table string) queries {
 	t := quoteIdent(table)
 	return queries{
 		selectRecord: compile(selectSQL, t, "scope", "key"),
-		take:         compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease"),
+		take:         compile(takeSQL, t, "scope", "key", "fp", "token", "now", "lease", "mark"),
 		extend:       compile(extendSQL, t, "scope", "key", "token", "lease"),
 		release:      compile(releaseSQL, t, "scope", "key", "token"),
 		extendBatch:  compile(extendBatchSQL, t, "lease", "holds"),

@@ -297,7 +297,7 @@ func (s *Store) Claim(ctx context.Context, c store.Claim) (store.ClaimResult, er
 			}
 		}
 		if take == "" {
-			take = s.q.take.render(scope, c.Key, c.Fingerprint, c.Token, now.UnixMicro(), sqlbase.CeilMicro(c.LeaseEnd).UnixMicro())
+			take = s.q.take.render(scope, c.Key, c.Fingerprint, c.Token, now.UnixMicro(), sqlbase.CeilMicro(c.LeaseEnd).UnixMicro(), nil)
 		}
 		res, err := s.db.ExecContext(ctx, take)
 		if deadlock(err) {
