@@ -102,12 +102,13 @@ func (s *claimTxStore) Extend(ctx context.Context, h store.Hold, now, leaseEnd t
 // TestClaimTxIsTheClaim: with a store.TxClaimer the engine claims with
 // ClaimTx alone (no Claim, no BeginTx), sends no heartbeat however long
 // the handler runs (the transaction holds the claim), commits the record
-// with it, and after a 5xx rolls it back, which frees the key; a duplicate
+// with it, and after a 5xx rolls it back, which frees the key (the
+// release after it finds nothing, and reports no error); a duplicate
 // meanwhile gets 409, and a retry after the commit the replay.
 func TestClaimTxIsTheClaim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &claimTxStore{txStore: &txStore{testStore: newTestStore()}}
-		e, _ := newEngine(t, s, WithLease(3*time.Second))
+		e, evs := newEngine(t, s, WithLease(3*time.Second))
 		defer e.Close(context.Background())
 		runs := 0
 		release := make(chan struct{})
@@ -124,6 +125,11 @@ func TestClaimTxIsTheClaim(t *testing.T) {
 		}))
 		if code := sendWith(h, "fail", "X-Fail"); code != http.StatusServiceUnavailable {
 			t.Fatalf("failing handler: %d", code)
+		}
+		// The rollback took the claim: the release after it finds
+		// nothing, which is no error to report.
+		if ev := evs.evs[0]; ev.Outcome != OutcomeReleased || ev.Err != nil {
+			t.Errorf("5xx: outcome %s, error %v; want released, no error", ev.Outcome, ev.Err)
 		}
 		if w := post(h, "/", "fail", ""); w.Code != http.StatusCreated || runs != 2 {
 			t.Errorf("retry after a 5xx rolled the claim back: %d, runs %d; want 201 from a second run", w.Code, runs)

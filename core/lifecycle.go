@@ -345,6 +345,11 @@ func (f *flight) release() {
 	ctx := f.storeCall(true)
 	err := e.store.Release(ctx, f.hold())
 	e.endCall(ctx, StoreRelease, err, &f.ev.Finish)
+	if f.txClaim && errors.Is(err, ErrLeaseLost) {
+		// The claim was the transaction's, and went with its rollback:
+		// the release found nothing, as it should.
+		err = nil
+	}
 	if err != nil && f.ev.Err == nil {
 		f.ev.Err = err
 	}

@@ -111,8 +111,8 @@ type TxBeginner interface {
 // TxClaimer is an optional capability of a TxBeginner that claims inside
 // the transaction: the claim and BeginTx in one step, so that the claim,
 // the handler's writes and the completed record commit together, in one
-// durable commit instead of two. The engine calls ClaimTx, when the store
-// has it, wherever it would call Claim.
+// durable commit instead of two. The engine calls ClaimTx wherever it
+// would call Claim when the store is a TxBeginner that has it.
 //
 // An acquired claim lives in the returned Tx, which must hold it
 // (ClaimHolder): other claims and Get see the record in progress, with

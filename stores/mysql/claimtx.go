@@ -114,6 +114,7 @@ func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) 
 	// One primary-key SELECT, as Claim's: the write, to the lock first,
 	// tells a key held by a claim not yet committed.
 	read := s.q.selectRecord.render(scope, c.Key)
+	var seen *store.Record // an uncommitted completion the dirty read saw
 	for range maxClaimAttempts {
 		var r sqlbase.MicroRow
 		if _, err := r.Scan(s.db.QueryRowContext(ctx, read)); err != nil {
@@ -141,13 +142,21 @@ func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) 
 			return store.ClaimResult{Acquired: true}, t, nil
 		case outcome == takeHeld:
 			// A transaction holds the record: its claim, uncommitted,
-			// or its end, racing.
-			rec, err := s.dirty(ctx, scope, c.Key, now, c.LeaseEnd)
-			if err != nil {
-				return store.ClaimResult{}, nil, fmt.Errorf("mysqlstore: claim: %w", err)
-			}
-			if rec != nil {
+			// or its end, racing. From here on the answer is never an
+			// error, which a caller may take for a store down and, with
+			// fail open, run beside the holder: the key is in flight.
+			rec, completed, err := s.dirty(ctx, scope, c.Key, now)
+			switch {
+			case err != nil:
+				return inFlight(c, now, seen), nil, nil
+			case rec != nil && !completed:
+				rec.LeaseEnd = sqlbase.CeilMicro(c.LeaseEnd)
+				rec.ExpiresAt = rec.LeaseEnd
 				return store.ClaimResult{Existing: rec}, nil, nil
+			case rec != nil:
+				// Completed, not yet committed or just committed: the
+				// next read replays it once its holder is done.
+				seen = rec
 			}
 			claimRetries.Add(1)
 		case outcome == takeLeft:
@@ -158,9 +167,21 @@ func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) 
 	}
 	// The key stayed held, its holder unseen (or raced) through every
 	// attempt: it is in flight.
+	return inFlight(c, now, seen), nil, nil
+}
+
+// inFlight is the answer of a claim that found c's key held without a
+// record to answer with: in progress, with the fingerprint of the
+// holder's record when one was seen (an uncommitted completion), else
+// c's own (409).
+func inFlight(c store.Claim, now time.Time, seen *store.Record) store.ClaimResult {
 	lease := sqlbase.CeilMicro(c.LeaseEnd)
-	return store.ClaimResult{Existing: &store.Record{Fingerprint: c.Fingerprint, State: store.InProgress,
-		CreatedAt: now, LeaseEnd: lease, ExpiresAt: lease}}, nil, nil
+	fp := c.Fingerprint
+	if seen != nil {
+		fp = seen.Fingerprint
+	}
+	return store.ClaimResult{Existing: &store.Record{Fingerprint: fp, State: store.InProgress,
+		CreatedAt: now, LeaseEnd: lease, ExpiresAt: lease}}
 }
 
 // Outcomes of a claim's write besides takeSQL's insert ids: InnoDB
@@ -257,15 +278,17 @@ const dirtySQL = "SELECT fingerprint, state, expires_at FROM {{t}} WHERE scope =
 // dirty reads the record of scope (as stored) and key as it stands,
 // uncommitted changes included, on a connection of its own: READ
 // UNCOMMITTED for the next statement alone (dirtyLevelSQL), then
-// dirtySQL. It returns the record as in progress, with the claim's
-// lease, when the holder's claim or completion shows: a row in progress,
-// or a completion that has not expired (the committed read found none).
-// A connection whose read failed is discarded, so that the level, set
-// for its next transaction, never reaches another user of the pool.
-func (s *Store) dirty(ctx context.Context, scope, key string, now, lease time.Time) (*store.Record, error) {
+// dirtySQL. It returns the holder's record as in progress, created at now
+// and with no lease of its own (the transaction holds it): a row in
+// progress, or a completion that has not expired (the committed read
+// found none: it is not committed, or just was), which completed reports;
+// nil for no row or an expired one (not taken over yet). A connection
+// whose read failed is discarded, so that the level, set for its next
+// transaction, never reaches another user of the pool.
+func (s *Store) dirty(ctx context.Context, scope, key string, now time.Time) (rec *store.Record, completed bool, err error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer conn.Close()
 	var fp []byte
@@ -276,15 +299,14 @@ func (s *Store) dirty(ctx context.Context, scope, key string, now, lease time.Ti
 	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return nil, nil
+		return nil, false, nil
 	case err != nil:
 		conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // marks it for discarding
-		return nil, err
+		return nil, false, err
 	case state != int64(store.InProgress) && expires <= now.UnixMicro():
-		return nil, nil // an expired record, not taken over yet
+		return nil, false, nil // an expired record, not taken over yet
 	}
-	lease = sqlbase.CeilMicro(lease)
-	return &store.Record{Fingerprint: string(fp), State: store.InProgress, CreatedAt: now, LeaseEnd: lease, ExpiresAt: lease}, nil
+	return &store.Record{Fingerprint: string(fp), State: store.InProgress, CreatedAt: now}, state != int64(store.InProgress), nil
 }
 
 // Get implements store.Getter as Store.Get does, and also returns a
@@ -306,7 +328,7 @@ func (s *ExactlyOnceStore) Get(ctx context.Context, r store.Ref, now time.Time) 
 		}
 	}
 	if held && (!found || !rec.ExpiresAt.After(now)) {
-		d, err := s.dirty(ctx, scope, r.Key, now, now)
+		d, _, err := s.dirty(ctx, scope, r.Key, now)
 		if err != nil {
 			return store.Record{}, false, fmt.Errorf("mysqlstore: get: %w", err)
 		}
@@ -343,25 +365,28 @@ func (t *txn) completeAfterEnd(ctx context.Context, c store.Completion) error {
 	case owned:
 		return t.s.Complete(ctx, t.hold, c)
 	}
-	// The claim as it was made: the record keeps its creation time; the
-	// completion does not check the lease. The exactly-once Claim sees a
+	// Claimed again as it was made (the record keeps its creation time),
+	// in a transaction of its own that completes it too: a claim
+	// committed on its own could be expired already, and taken over
+	// before its completion. The claim, made under the lock, sees a
 	// claim made since in another transaction, and does not wait for it.
-	res, _, err := t.eo.claim(ctx, *t.claim, false)
+	res, t2, err := t.eo.claim(ctx, *t.claim, true)
 	switch {
 	case err != nil:
 		return err
 	case !res.Acquired:
 		return store.ErrLeaseLost
 	}
-	return t.s.Complete(ctx, t.hold, c)
+	return t2.Commit(ctx, c)
 }
 
 // Release implements store.Store as Store.Release does, but reads the
-// record first, without a lock: when the committed record is not the
-// claim's in progress (a claim made in a transaction that rolled back
-// leaves nothing to release) it returns store.ErrLeaseLost at once. A
-// DELETE would wait for the row lock of whichever transaction claimed the
-// key since, for as long as its handler runs.
+// record first, without a lock (owns): when the committed record is not
+// the claim's in progress (a claim made in a transaction that rolled back
+// leaves nothing to release), or a session is taking it over, it returns
+// store.ErrLeaseLost at once. A DELETE would wait for the row lock of
+// whichever transaction claimed the key since, for as long as its handler
+// runs.
 func (s *ExactlyOnceStore) Release(ctx context.Context, h store.Hold) error {
 	if err := checkLen("key", h.Key, maxKey); err != nil {
 		return err
@@ -377,19 +402,28 @@ func (s *ExactlyOnceStore) Release(ctx context.Context, h store.Hold) error {
 }
 
 // owns reports, with a read that takes no lock and waits for none,
-// whether h's claim holds the record as committed, in progress.
+// whether h's claim holds the record as committed, in progress, with no
+// session holding the record's user-level lock: a session that holds it
+// may be taking the record over in its transaction (the claim's lease
+// ended), and a write to the row would wait for that one's handler. The
+// caller's own session has let go of the lock by then.
 func (s *Store) owns(ctx context.Context, h store.Hold) (bool, error) {
-	var token, mark []byte
+	var token []byte
 	var state int64
-	err := s.db.QueryRowContext(ctx, s.q.holder.render(scopeKey(h.Scope), h.Key)).Scan(&token, &state, &mark)
+	var held bool
+	err := s.db.QueryRowContext(ctx, s.q.owns.render(s.table, scopeKey(h.Scope), h.Key)).Scan(&token, &state, &held)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil
 	case err != nil:
 		return false, err
 	}
-	return string(token) == h.Token && state == int64(store.InProgress), nil
+	return string(token) == h.Token && state == int64(store.InProgress) && !held, nil
 }
+
+// ownsSQL is what owns reads: the record's holder, and whether a session
+// holds its user-level lock.
+const ownsSQL = "SELECT token, state, IS_USED_LOCK(" + holdName + ") IS NOT NULL FROM {{t}} WHERE scope = :scope AND `key` = :key"
 
 // commitClaim commits a transaction that holds nothing but its claim (the
 // exactly-once Claim), and gives the connection back.

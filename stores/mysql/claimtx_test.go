@@ -2,6 +2,8 @@ package mysqlstore
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"io"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	idem "github.com/idemkit/idem/core"
 	"github.com/idemkit/idem/core/store"
 )
@@ -443,3 +446,180 @@ func (b beginTxOnly) Claim(ctx context.Context, c store.Claim) (store.ClaimResul
 
 // ClaimTx hides the promoted method: beginTxOnly is no store.TxClaimer.
 func (beginTxOnly) ClaimTx() {}
+
+// failingLevel is a driver.Connector whose connections fail the READ
+// UNCOMMITTED statement of a conflicting claim (dirtyLevelSQL) while fail
+// is set: a server blip just after the claim learned the key is held.
+type failingLevel struct {
+	driver.Connector
+	fail *atomic.Bool
+}
+
+func (c failingLevel) Connect(ctx context.Context) (driver.Conn, error) {
+	cn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &failingLevelConn{cn, c.fail}, nil
+}
+
+type failingLevelConn struct {
+	driver.Conn
+	fail *atomic.Bool
+}
+
+func (c *failingLevelConn) ExecContext(ctx context.Context, q string, a []driver.NamedValue) (driver.Result, error) {
+	if q == dirtyLevelSQL && c.fail.Load() {
+		return nil, errors.New("injected: connection reset")
+	}
+	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, a)
+}
+
+func (c *failingLevelConn) QueryContext(ctx context.Context, q string, a []driver.NamedValue) (driver.Rows, error) {
+	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, a)
+}
+
+func (c *failingLevelConn) BeginTx(ctx context.Context, o driver.TxOptions) (driver.Tx, error) {
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, o)
+}
+
+func (c *failingLevelConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+}
+
+func (c *failingLevelConn) ResetSession(ctx context.Context) error {
+	return c.Conn.(driver.SessionResetter).ResetSession(ctx)
+}
+
+func (c *failingLevelConn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
+
+func (c *failingLevelConn) CheckNamedValue(v *driver.NamedValue) error {
+	return c.Conn.(driver.NamedValueChecker).CheckNamedValue(v)
+}
+
+// TestClaimTxHeldKeyNeverFailsOpen: a duplicate on another instance
+// learns that the key is held (its claim gets no lock), then the read of
+// the holder's fingerprint fails. With WithFailOpen, an error there would
+// run the handler unprotected beside the holder: the claim answers in
+// progress instead.
+func TestClaimTxHeldKeyNeverFailsOpen(t *testing.T) {
+	requireMySQL(t)
+	base, err := mysql.NewConnector(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	db := sql.OpenDB(failingLevel{base, &fail})
+	db.SetMaxOpenConns(8)
+	t.Cleanup(func() { db.Close() })
+	s := newStore(t, db).ExactlyOnce()
+	var runs atomic.Int32
+	started := make(chan struct{}, 2)
+	proceed := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(proceed) }) }
+	t.Cleanup(release)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		started <- struct{}{}
+		<-proceed
+		w.WriteHeader(http.StatusCreated)
+	})
+	var srvs [2]*httptest.Server
+	for i := range srvs {
+		e, err := idem.New(s, idem.WithLogger(quietLog), idem.WithFailOpen())
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvs[i] = httptest.NewServer(e.Middleware()(h))
+		t.Cleanup(srvs[i].Close)
+	}
+	first := make(chan reply, 1)
+	go func() { first <- postTo(srvs[0], "k", "{}") }()
+	<-started
+	fail.Store(true)
+	dup := make(chan reply, 1)
+	go func() { dup <- postTo(srvs[1], "k", "{}") }()
+	select {
+	case <-started:
+		t.Error("the handler ran beside the holder: the duplicate's claim failed, and failed open")
+		release()
+		<-dup
+	case r := <-dup:
+		if r.code != http.StatusConflict {
+			t.Errorf("duplicate on another instance, its read of the holder failing: %v, want 409", r)
+		}
+	}
+	fail.Store(false)
+	release()
+	if r := <-first; r.code != http.StatusCreated {
+		t.Errorf("first request: %v", r)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
+	}
+}
+
+// TestClaimTxReleaseDuringTakeover: the handler committed its transaction
+// early (the claim with it) and ran past its lease; another request then
+// takes the record over in its transaction. The first request's release
+// (its answer was a 5xx) must not wait for that one's handler, nor delete
+// what it claimed.
+func TestClaimTxReleaseDuringTakeover(t *testing.T) {
+	s := newStore(t, nil).ExactlyOnce()
+	ctx := t.Context()
+	now := time.Now().UTC()
+	a := claimAt("k", "fp", "tA", now, time.Second)
+	_, txA, err := s.ClaimTx(ctx, a)
+	if err != nil || txA == nil {
+		t.Fatal(err)
+	}
+	if err := Tx(txA.Context(ctx)).Commit(); err != nil { // the handler commits early
+		t.Fatal(err)
+	}
+	if err := txA.Rollback(ctx); err != nil { // the engine, after a 5xx
+		t.Fatal(err)
+	}
+	res, txB, err := s.ClaimTx(ctx, claimAt("k", "fp", "tB", now.Add(2*time.Second), time.Minute))
+	if err != nil || txB == nil {
+		t.Fatal("the takeover after A's lease:", res, err)
+	}
+	defer txB.Rollback(ctx)
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := s.Release(rctx, a.Hold()); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("A's release during B's takeover: %v, want ErrLeaseLost at once", err)
+	}
+	if err := txB.Commit(ctx, completeAt(result("\x01ok", "ok"), now, now.Add(time.Hour))); err != nil {
+		t.Errorf("B's commit after A's release: %v", err)
+	}
+}
+
+// TestClaimTxUncommittedCompletionIsInFlight: a session holds the
+// record's lock and has written a completed record it has not committed.
+// Another claim must not replay it (it may yet roll back): it answers in
+// progress, with the holder's fingerprint, so that another payload gets
+// 422; once it commits, the claim replays it.
+func TestClaimTxUncommittedCompletionIsInFlight(t *testing.T) {
+	db := newDB(t, 4)
+	s := newStore(t, db).ExactlyOnce()
+	ctx := t.Context()
+	now := time.Now().UTC()
+	c := claimAt("k", "fp-holder", "t1", now, time.Minute)
+	_, tx, err := s.ClaimTx(ctx, c)
+	if err != nil || tx == nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// The completion, written in the holder's transaction, not committed.
+	if _, err := Tx(tx.Context(ctx)).ExecContext(ctx, "UPDATE "+quoteIdent(s.table)+" SET state = 2, headers = X'01', body = 'ok', lease_end = NULL, expires_at = ? WHERE `key` = 'k'", now.Add(time.Hour).UnixMicro()); err != nil {
+		t.Fatal(err)
+	}
+	res, tx2, err := s.ClaimTx(ctx, claimAt("k", "fp-other", "t2", now.Add(time.Second), time.Minute))
+	switch {
+	case err != nil || tx2 != nil || res.Acquired:
+		t.Fatalf("claim beside an uncommitted completion: %+v, %v", res, err)
+	case res.Existing.State != store.InProgress || res.Existing.Fingerprint != "fp-holder":
+		t.Errorf("claim beside an uncommitted completion answered %s %q, want in progress with the holder's fingerprint", res.Existing.State, res.Existing.Fingerprint)
+	}
+}

@@ -165,10 +165,16 @@
 //     It answers with the record in progress at once: 409, or 422 for
 //     another payload. Should the holder's row not show yet (it is between
 //     its lock and its insert), the claim tries again, up to five times,
-//     then answers 409. Get and the watch poller see the claim in progress
-//     from the lock (IS_USED_LOCK) and the same read. A duplicate on the
+//     then answers 409 (with the holder's fingerprint if it saw a
+//     completion not yet committed). Should that read fail, it answers
+//     409 all the same: the key is known to be held, and an error could
+//     make a caller with fail open run beside it. Get sees the claim in
+//     progress from the lock (IS_USED_LOCK) and the same read; the watch
+//     poller from the lock alone. A duplicate on the
 //     instance that runs the request never gets this far: it waits on, or
-//     answers from, that instance's own flight.
+//     answers from, that instance's own flight. A waiter on another
+//     instance, in wait mode, claims again at each of its polls: each
+//     such claim is the full conflict below, not one statement.
 //   - The engine sends no heartbeat for the request, and the request
 //     needs no connection but its own, however long the handler runs.
 //   - A transaction that ends without its commit takes the claim with it,
@@ -179,8 +185,9 @@
 //     only what the handler writes in the transaction is exactly once,
 //     here as in every exactly-once mode.
 //   - Nothing waits for the row lock: replays, conflicts, Get, Release
-//     (it reads before it deletes), the watch poller and the sweeper
-//     (which skips locked rows). Delete (admin) waits for the transaction.
+//     (it reads first, and leaves a record another session is taking over
+//     alone), the watch poller and the sweeper (which skips locked rows).
+//     Delete (admin) waits for the transaction.
 //   - The completion requires the mark. If InnoDB rolled the transaction
 //     back on its own, which it does to a deadlock victim (error 1213), and
 //     to a lock wait timeout (1205) when innodb_rollback_on_timeout is ON,
@@ -206,9 +213,12 @@
 // fails it with store.ErrLeaseLost): two durable commits per request. The
 // engine uses it for a store that is a store.TxBeginner alone. Engines of
 // earlier releases claim that way: during a rolling upgrade their claims
-// do not see a claim not yet committed, and wait for its row lock, within
-// their store timeout, until it commits (then they replay it) or ends.
-// Nothing runs twice; upgrade every instance to end the waits.
+// (and their heartbeats, for a claim taken over) do not see a claim not
+// yet committed, and wait for its row lock, within their store timeout,
+// until it commits (then they replay it) or ends. A claim whose caller
+// gave up waits on in the server and may land after the other rolled
+// back, holding the key until its lease ends. Nothing runs twice; upgrade
+// every instance to end the waits.
 //
 // Commit and Rollback turn autocommit back on and release the user-level
 // lock, in one statement, before the connection goes back to the pool; a
@@ -226,9 +236,9 @@
 // level) and three to commit (the completion, COMMIT, and restoring the
 // session), with one durable commit and no heartbeat. A replay, and a
 // conflict with a committed claim, is one statement; a conflict with a
-// claim not yet committed is eight (the read, the four of a claim that
-// gets no lock, rolling back and restoring the session, then the
-// uncommitted read's two). The user-level lock is
+// claim not yet committed is nine (eight at the server's default level:
+// the read, the four or three of a claim that gets no lock, rolling back
+// and restoring the session, then the uncommitted read's two). The user-level lock is
 // local to a server: with Galera or group replication writing on several
 // primaries, point the store at one.
 //

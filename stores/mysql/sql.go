@@ -225,7 +225,7 @@ type queries struct {
 	selectRecord, take, extend, release, delete, evict, get stmt
 	holding, extendBatch                                    stmt
 	mark, holder, hold, unhold, held                        stmt
-	claimRead, takeTx, dirty, isHeld                        stmt
+	claimRead, takeTx, dirty, isHeld, owns                  stmt
 	expired, sweepLock, sweepDelete, watch                  stmt
 	complete, commit                                        string // prepared: ? placeholders
 }
@@ -250,6 +250,7 @@ func newQueries(table string) queries {
 		claimRead:    compile(claimReadSQL, t, "table", "scope", "key"),
 		takeTx:       compile(takeTxSQL, t, "scope", "key", "fp", "token", "now", "lease", "mark"),
 		dirty:        compile(dirtySQL, t, "scope", "key"),
+		owns:         compile(ownsSQL, t, "table", "scope", "key"),
 		isHeld:       compile("IS_USED_LOCK("+holdName+") IS NOT NULL", t, "table", "scope", "key"),
 		expired:      compile(expiredSQL, t, "now", "limit"),
 		sweepLock:    compile(sweepLockSQL, t, "in", "now"),
