@@ -157,6 +157,8 @@ func (s *ExactlyOnceStore) claim(ctx context.Context, c store.Claim, inTx bool) 
 				// Completed, not yet committed or just committed: the
 				// next read replays it once its holder is done.
 				seen = rec
+			default:
+				seen = nil // whatever was seen is gone: another holder
 			}
 			claimRetries.Add(1)
 		case outcome == takeLeft:
@@ -383,8 +385,8 @@ func (t *txn) completeAfterEnd(ctx context.Context, c store.Completion) error {
 // Release implements store.Store as Store.Release does, but reads the
 // record first, without a lock (owns): when the committed record is not
 // the claim's in progress (a claim made in a transaction that rolled back
-// leaves nothing to release), or a session is taking it over, it returns
-// store.ErrLeaseLost at once. A DELETE would wait for the row lock of
+// leaves nothing to release), or another session may be taking it over,
+// it returns store.ErrLeaseLost at once. A DELETE would wait for the row lock of
 // whichever transaction claimed the key since, for as long as its handler
 // runs.
 func (s *ExactlyOnceStore) Release(ctx context.Context, h store.Hold) error {
@@ -402,28 +404,35 @@ func (s *ExactlyOnceStore) Release(ctx context.Context, h store.Hold) error {
 }
 
 // owns reports, with a read that takes no lock and waits for none,
-// whether h's claim holds the record as committed, in progress, with no
-// session holding the record's user-level lock: a session that holds it
-// may be taking the record over in its transaction (the claim's lease
-// ended), and a write to the row would wait for that one's handler. The
-// caller's own session has let go of the lock by then.
+// whether h's claim holds the record as committed, in progress, and no
+// other session may be taking it over: one that holds the record's
+// user-level lock after the claim's lease ended (on the server's clock,
+// which the engine's leases follow) may be, in its transaction, and a
+// write to the row would wait for that one's handler. Before the lease
+// ends a holder of the lock takes nothing over: it is a claim that lost,
+// and lets go within a few statements. The caller's own session has let
+// go of the lock by then.
 func (s *Store) owns(ctx context.Context, h store.Hold) (bool, error) {
 	var token []byte
 	var state int64
-	var held bool
-	err := s.db.QueryRowContext(ctx, s.q.owns.render(s.table, scopeKey(h.Scope), h.Key)).Scan(&token, &state, &held)
+	var takeover bool
+	err := s.db.QueryRowContext(ctx, s.q.owns.render(s.table, scopeKey(h.Scope), h.Key)).Scan(&token, &state, &takeover)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil
 	case err != nil:
 		return false, err
 	}
-	return string(token) == h.Token && state == int64(store.InProgress) && !held, nil
+	return string(token) == h.Token && state == int64(store.InProgress) && !takeover, nil
 }
 
-// ownsSQL is what owns reads: the record's holder, and whether a session
-// holds its user-level lock.
-const ownsSQL = "SELECT token, state, IS_USED_LOCK(" + holdName + ") IS NOT NULL FROM {{t}} WHERE scope = :scope AND `key` = :key"
+// ownsSQL is what owns reads: the record's holder, and whether another
+// session may be taking it over (it holds the lock, and the lease ended
+// by the server's clock, read as clockSQL reads it but from the date
+// alone, since compile takes a colon for a placeholder). A second of
+// margin covers an engine whose measure of that clock runs ahead.
+const ownsSQL = "SELECT token, state, IFNULL(lease_end <= TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) + 1000000\n" +
+	"    AND IS_USED_LOCK(" + holdName + ") IS NOT NULL, FALSE) FROM {{t}} WHERE scope = :scope AND `key` = :key"
 
 // commitClaim commits a transaction that holds nothing but its claim (the
 // exactly-once Claim), and gives the connection back.

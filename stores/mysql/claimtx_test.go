@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -569,7 +570,8 @@ func TestClaimTxReleaseDuringTakeover(t *testing.T) {
 	s := newStore(t, nil).ExactlyOnce()
 	ctx := t.Context()
 	now := time.Now().UTC()
-	a := claimAt("k", "fp", "tA", now, time.Second)
+	// A's lease ended two seconds ago by the server's clock.
+	a := claimAt("k", "fp", "tA", now.Add(-3*time.Second), time.Second)
 	_, txA, err := s.ClaimTx(ctx, a)
 	if err != nil || txA == nil {
 		t.Fatal(err)
@@ -580,7 +582,7 @@ func TestClaimTxReleaseDuringTakeover(t *testing.T) {
 	if err := txA.Rollback(ctx); err != nil { // the engine, after a 5xx
 		t.Fatal(err)
 	}
-	res, txB, err := s.ClaimTx(ctx, claimAt("k", "fp", "tB", now.Add(2*time.Second), time.Minute))
+	res, txB, err := s.ClaimTx(ctx, claimAt("k", "fp", "tB", now, time.Minute))
 	if err != nil || txB == nil {
 		t.Fatal("the takeover after A's lease:", res, err)
 	}
@@ -621,5 +623,85 @@ func TestClaimTxUncommittedCompletionIsInFlight(t *testing.T) {
 		t.Fatalf("claim beside an uncommitted completion: %+v, %v", res, err)
 	case res.Existing.State != store.InProgress || res.Existing.Fingerprint != "fp-holder":
 		t.Errorf("claim beside an uncommitted completion answered %s %q, want in progress with the holder's fingerprint", res.Existing.State, res.Existing.Fingerprint)
+	}
+}
+
+// lockAfter starts a session that waits (up to 10 s) for the record's
+// user-level lock, as a duplicate's claim takes it right after the holder
+// lets go, and holds it for hold: a claim that lost, for a few
+// statements. It returns once the session is waiting; done reports when
+// it let go.
+func lockAfter(t *testing.T, s *Store, c store.Claim, hold time.Duration) (done <-chan struct{}) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := compile("SELECT GET_LOCK("+holdName+", 10)", quoteIdent(s.table), "table", "scope", "key").render(s.table, scopeKey(c.Scope), c.Key)
+	ch := make(chan struct{})
+	waiting := make(chan struct{})
+	go func() {
+		defer close(ch)
+		defer conn.Close()
+		close(waiting)
+		var got int
+		if err := conn.QueryRowContext(ctx, q).Scan(&got); err != nil || got != 1 {
+			t.Error("GET_LOCK:", got, err)
+			return
+		}
+		time.Sleep(hold)
+		conn.ExecContext(ctx, "DO RELEASE_ALL_LOCKS()") //nolint:errcheck // closing ends it anyway
+	}()
+	<-waiting
+	time.Sleep(50 * time.Millisecond) // let GET_LOCK reach the server
+	return ch
+}
+
+// TestClaimTxEarlyCommitEndsDespiteALosingClaim: the handler committed
+// its transaction early (the claim with it), and the request ends, with
+// a 5xx (release) or a 4xx (stored on its own). A duplicate's claim takes
+// the record's lock as soon as the first session lets go, and holds it a
+// moment before it finds the claim live and gives up. The lease has not
+// ended, so nothing can take the record over: the release must delete
+// the claim, and the 4xx must be stored, not both given up for lost.
+func TestClaimTxEarlyCommitEndsDespiteALosingClaim(t *testing.T) {
+	for _, failed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("4xx %v", failed), func(t *testing.T) {
+			s := newStore(t, nil).ExactlyOnce()
+			ctx := t.Context()
+			now := time.Now().UTC()
+			a := claimAt("k", "fp", "tA", now, time.Minute)
+			_, txA, err := s.ClaimTx(ctx, a)
+			if err != nil || txA == nil {
+				t.Fatal(err)
+			}
+			if err := Tx(txA.Context(ctx)).Commit(); err != nil { // the handler commits early
+				t.Fatal(err)
+			}
+			done := lockAfter(t, s.Store, a, 500*time.Millisecond)
+			if failed {
+				if err := txA.Commit(ctx, failedAt(result("\x01bad", "bad"), now, now.Add(time.Hour))); err != nil {
+					t.Errorf("Commit of a 4xx after an early commit: %v, want it stored", err)
+				}
+			} else {
+				if err := txA.Rollback(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Release(ctx, a.Hold()); err != nil {
+					t.Errorf("Release after an early commit: %v, want the claim deleted", err)
+				}
+			}
+			<-done
+			rec, found, err := s.Get(ctx, a.Ref(), now)
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case failed && (!found || rec.State != store.Completed):
+				t.Errorf("after the 4xx: found %v, %s; want the completed record", found, rec.State)
+			case !failed && found:
+				t.Errorf("after the release: %s record left, want none", rec.State)
+			}
+		})
 	}
 }
