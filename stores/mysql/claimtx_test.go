@@ -85,15 +85,6 @@ func postTo(srv *httptest.Server, key, body string) reply {
 	return reply{code: resp.StatusCode, body: b, header: resp.Header, err: err}
 }
 
-func (a *claimTxApp) orders(t *testing.T, key string) int {
-	t.Helper()
-	var n int
-	if err := a.f.s.db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(a.f.orders)+" WHERE ref = ?", key).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestClaimTxDuplicatesSeeTheUncommittedClaim: while the first request
 // runs, its claim is not committed (it commits with the order), yet a
 // duplicate learns of it at once: the same request gets 409, another
@@ -132,7 +123,7 @@ func TestClaimTxDuplicatesSeeTheUncommittedClaim(t *testing.T) {
 	if n := a.runs.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want once", n)
 	}
-	if n := a.orders(t, "k1"); n != 1 {
+	if n := a.f.ordersFor(t, "k1"); n != 1 {
 		t.Errorf("%d orders committed, want one", n)
 	}
 }
@@ -169,7 +160,7 @@ func TestClaimTxLostConnectionFreesTheKey(t *testing.T) {
 	if r := a.post("k2", "pay 10"); r.code != http.StatusCreated || !r.replayed() {
 		t.Errorf("a later retry: %v, want the replay", r)
 	}
-	if n := a.orders(t, "k2"); n != 1 {
+	if n := a.f.ordersFor(t, "k2"); n != 1 {
 		t.Errorf("%d orders committed, want one", n)
 	}
 }

@@ -71,11 +71,7 @@ func (o *orderServer) post(t *testing.T, key, body string) (*http.Response, stri
 
 func (o *orderServer) orders(t *testing.T, ref string) int {
 	t.Helper()
-	var n int
-	if err := o.f.s.db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(o.f.orders)+" WHERE ref = ?", ref).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return o.f.ordersFor(t, ref)
 }
 
 func TestEngineExactlyOnce(t *testing.T) {

@@ -170,11 +170,7 @@ func (a *app) ranOnce(t *testing.T, key string, orders bool) {
 	if !orders {
 		return
 	}
-	var n int
-	if err := a.f.s.db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(a.f.orders)+" WHERE ref = ?", key).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 1 {
+	if n := a.f.ordersFor(t, key); n != 1 {
 		t.Errorf("key %s: %d orders committed, want exactly one", key, n)
 	}
 }
@@ -752,11 +748,7 @@ func TestExactlyOnceMatrix(t *testing.T) {
 					if runs != 1 {
 						t.Errorf("%s: the handler ran %d times, want once", r.key, runs)
 					}
-					var n int
-					if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(f.orders)+" WHERE ref = ?", r.key).Scan(&n); err != nil {
-						t.Fatal(err)
-					}
-					if n != 1 {
+					if n := f.ordersFor(t, r.key); n != 1 {
 						t.Errorf("%s: %d orders committed, want one", r.key, n)
 					}
 				}

@@ -36,6 +36,16 @@ func newTxFixture(t *testing.T, db *sql.DB) txFixture {
 	return txFixture{s, orders}
 }
 
+// ordersFor counts the committed orders of ref.
+func (f txFixture) ordersFor(t *testing.T, ref string) int {
+	t.Helper()
+	var n int
+	if err := f.s.db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+quoteIdent(f.orders)+" WHERE ref = ?", ref).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func (f txFixture) orderExists(t *testing.T, id int) bool {
 	t.Helper()
 	var n int
